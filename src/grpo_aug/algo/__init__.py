@@ -1,0 +1,16 @@
+"""Pure tensor functions of the GRPO update: advantages, KL estimators, the clipped loss."""
+
+from grpo_aug.algo.advantages import group_advantages
+from grpo_aug.algo.kl import k3_kl
+from grpo_aug.algo.logprobs import token_logprobs
+from grpo_aug.algo.loss import LOG_RATIO_BOUND, grpo_loss, grpo_loss_with_stats, policy_loss
+
+__all__ = [
+    "LOG_RATIO_BOUND",
+    "group_advantages",
+    "grpo_loss",
+    "grpo_loss_with_stats",
+    "k3_kl",
+    "policy_loss",
+    "token_logprobs",
+]

@@ -1,0 +1,64 @@
+"""The mission's four sample-health metrics, accumulated with torchmetrics between log points.
+
+health/reward_mean               mean reward of all completions
+health/reward_std                mean over groups of the within-group reward std (< 0.3: little contrast)
+health/effective_token_ratio     tokens that carry loss / generated tokens (masks remove junk)
+health/kl_mean                   mean k3 KL to the reference per loss token (spike: policy runs away)
+health/completion_length_mean    generated tokens per completion, EOS included
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import lightning as L
+import torch
+from torchmetrics import MeanMetric
+
+
+def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(value, weight) per metric for one step's training_step outputs."""
+    rewards = outputs["rewards"]  # [B, G]
+    lengths = outputs["lengths"].float()  # [B*G]
+    generated = lengths.sum()
+    one = torch.ones((), device=rewards.device)
+    return {
+        "health/reward_mean": (rewards.mean(), one * rewards.numel()),
+        "health/reward_std": (rewards.std(dim=1).mean(), one * rewards.shape[0]),
+        "health/effective_token_ratio": (outputs["loss_tokens"].float() / generated.clamp(min=1), generated),
+        "health/kl_mean": (outputs["kl_mean"], one),
+        "health/completion_length_mean": (lengths.mean(), one * lengths.numel()),
+    }
+
+
+class SampleHealth(L.Callback):
+    """Logs the health metrics every `every_n_steps` optimizer steps (weighted means in between)."""
+
+    NAMES = (
+        "health/reward_mean",
+        "health/reward_std",
+        "health/effective_token_ratio",
+        "health/kl_mean",
+        "health/completion_length_mean",
+    )
+
+    def __init__(self, every_n_steps: int = 100) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"callbacks.health.every_n_steps must be >= 1, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self.metrics = {name: MeanMetric() for name in self.NAMES}
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for m in self.metrics.values():
+            m.to(pl_module.device)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        for name, (value, weight) in health_values(outputs).items():
+            self.metrics[name].update(value.detach(), weight)
+        if trainer.global_step % self.every_n_steps == 0:
+            # compute() all-reduces across ranks, so every rank must reach this line
+            values = {name: m.compute().item() for name, m in self.metrics.items()}
+            for m in self.metrics.values():
+                m.reset()
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=trainer.global_step)

@@ -1,0 +1,107 @@
+"""LightningDataModule: curriculum-scheduled, single-bucket prompt batches and a held-out split."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Protocol
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from grpo_aug.data.curriculum import StagedSchedule
+from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.data.sampler import CurriculumBatchSampler
+
+
+class PromptSource(Protocol):
+    def load(self) -> list[Prompt]: ...
+    def load_heldout(self) -> list[Prompt] | None: ...
+
+
+def _collate(batch: list[Prompt]) -> list[Prompt]:
+    return batch
+
+
+def split_heldout(records: list[Prompt], per_bucket: int, seed: int) -> tuple[list[Prompt], list[Prompt]]:
+    """Hold out `per_bucket` prompts of each bucket (seeded choice); the rest is training data."""
+    by_bucket: dict[str, list[Prompt]] = defaultdict(list)
+    for r in records:
+        by_bucket[r.bucket].append(r)
+    train, heldout = [], []
+    for bucket in BUCKETS:
+        pool = list(by_bucket[bucket])
+        random.Random(f"{seed}-heldout-{bucket}").shuffle(pool)
+        heldout += pool[:per_bucket]
+        train += pool[per_bucket:]
+    return train, heldout
+
+
+class PromptDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        source: PromptSource,
+        schedule: StagedSchedule,
+        total_steps: int,
+        batch_size: int = 16,
+        heldout_per_bucket: int = 200,
+        val_batch_size: int = 200,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+        self.source = source
+        self.schedule = schedule
+        self.total_steps = total_steps
+        self.batch_size = batch_size
+        self.heldout_per_bucket = heldout_per_bucket
+        self.val_batch_size = val_batch_size
+        self.seed = seed
+        self.train_records: list[Prompt] = []
+        self.heldout_records: list[Prompt] = []
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_records:
+            return
+        records = self.source.load()
+        heldout = self.source.load_heldout()
+        if heldout is None:
+            self.train_records, self.heldout_records = split_heldout(records, self.heldout_per_bucket, self.seed)
+        else:
+            self.train_records = records
+            self.heldout_records = split_heldout(heldout, self.heldout_per_bucket, self.seed)[1]
+        # fail now, not at the step that first needs the bucket
+        self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    def make_sampler(self, start_step: int, rank: int, world_size: int) -> CurriculumBatchSampler:
+        indices: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(self.train_records):
+            indices[r.bucket].append(i)
+        return CurriculumBatchSampler(
+            indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        start = trainer.global_step if trainer is not None else 0
+        rank = trainer.global_rank if trainer is not None else 0
+        sampler = self.make_sampler(start, rank, self._world_size())
+        return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
+
+    def val_batches(self, rank: int = 0, world_size: int = 1) -> list[list[Prompt]]:
+        """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ..."""
+        batches = []
+        for bucket in BUCKETS:
+            rows = [r for r in self.heldout_records if r.bucket == bucket]
+            batches += [rows[i : i + self.val_batch_size] for i in range(0, len(rows), self.val_batch_size)]
+        return batches[rank::world_size]
+
+    def val_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        batches = self.val_batches(rank, self._world_size())
+        return DataLoader(batches, batch_size=None, collate_fn=_collate)

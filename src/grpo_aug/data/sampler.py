@@ -1,0 +1,62 @@
+"""Batch sampler: every step draws one difficulty bucket, then that bucket's prompts.
+
+Each batch is a pure function of (seed, step): ranks agree on the bucket without talking, a
+resumed run (start_step = the restored global step) continues with exactly the batches an uninterrupted run would have seen, and the
+rank slices of one step are disjoint.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping, Sequence
+
+from grpo_aug.data.curriculum import StagedSchedule
+
+
+class CurriculumBatchSampler:
+    def __init__(
+        self,
+        bucket_indices: Mapping[str, Sequence[int]],
+        batch_size: int,
+        schedule: StagedSchedule,
+        total_steps: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        start_step: int = 0,
+    ) -> None:
+        self.bucket_indices = {b: list(ix) for b, ix in bucket_indices.items()}
+        self.batch_size = batch_size
+        self.schedule = schedule
+        self.total_steps = total_steps
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.start_step = start_step
+        per_step = batch_size * world_size
+        for bucket in schedule.buckets_used():
+            have = len(self.bucket_indices.get(bucket, ()))
+            if have < per_step:
+                raise ValueError(
+                    f"curriculum uses bucket {bucket!r} but it has {have} training prompts, fewer than "
+                    f"data.batch_size x world size = {per_step}"
+                )
+
+    def bucket_at(self, step: int) -> str:
+        weights = self.schedule.weights(step, self.total_steps)
+        rng = random.Random(f"{self.seed}-bucket-{step}")
+        names = [b for b, w in weights.items() if w > 0]
+        return rng.choices(names, weights=[weights[b] for b in names])[0]
+
+    def batch_at(self, step: int) -> list[int]:
+        bucket = self.bucket_at(step)
+        rng = random.Random(f"{self.seed}-prompts-{step}")
+        chosen = rng.sample(self.bucket_indices[bucket], self.batch_size * self.world_size)
+        return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start_step, self.total_steps):
+            yield self.batch_at(step)
+
+    def __len__(self) -> int:
+        return max(self.total_steps - self.start_step, 0)

@@ -1,0 +1,81 @@
+"""Synthetic arithmetic with difficulty by construction: 1, 2 or 3 calculator steps.
+
+easy   "What is 47 + 38?"            <<47+38=85>>85 #### 85
+medium "What is 47 + 38 - 9?"        two steps
+hard   "What is 47 + 38 - 9 + 12?"   three steps (one may be a small multiplication)
+Results are never negative; generation is deterministic by seed.
+"""
+
+from __future__ import annotations
+
+import random
+
+from grpo_aug.data.records import BUCKETS, Prompt
+
+_STEPS = {"easy": 1, "medium": 2, "hard": 3}
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _problem(rng: random.Random, steps: int, max_operand: int) -> tuple[str, list[str], int]:
+    value = rng.randint(0, max_operand)
+    expression = str(value)
+    lines = []
+    for _ in range(steps):
+        op = rng.choice("+-*") if steps > 1 else rng.choice("+-")
+        b = rng.randint(2, 9) if op == "*" else rng.randint(0, max_operand)
+        if op == "-" and b > value:  # keep every intermediate result non-negative
+            op = "+"
+        result = _apply(op, value, b)
+        lines.append(f"<<{value}{op}{b}={result}>>{result}")
+        if op == "*" and " " in expression:  # parentheses keep left-to-right order = the steps
+            expression = f"({expression})"
+        expression = f"{expression} {op} {b}"
+        value = result
+    return expression, lines, value
+
+
+class SyntheticArithmetic:
+    """`size_per_bucket` distinct problems per difficulty bucket, operands in [0, max_operand]."""
+
+    def __init__(self, size_per_bucket: int = 3000, max_operand: int = 99, seed: int = 0,
+                 prompt_template: str = "Question: {question}\nAnswer: ") -> None:
+        if size_per_bucket < 1:
+            raise ValueError(f"data.source.size_per_bucket must be >= 1, got {size_per_bucket}")
+        self.size_per_bucket = size_per_bucket
+        self.max_operand = max_operand
+        self.seed = seed
+        self.prompt_template = prompt_template
+
+    def load(self) -> list[Prompt]:
+        records = []
+        for bucket in BUCKETS:
+            rng = random.Random(f"{self.seed}-{bucket}")
+            seen: set[str] = set()
+            attempts = 0
+            while len(seen) < self.size_per_bucket:
+                attempts += 1
+                if attempts > 50 * self.size_per_bucket:
+                    raise ValueError(
+                        f"data.source: cannot make {self.size_per_bucket} distinct {bucket} problems "
+                        f"with max_operand={self.max_operand}"
+                    )
+                expression, lines, answer = _problem(rng, _STEPS[bucket], self.max_operand)
+                question = f"What is {expression}?"
+                if question in seen:
+                    continue
+                seen.add(question)
+                records.append(Prompt(
+                    id=f"synthetic-{bucket}-{len(seen) - 1}",
+                    question=question,
+                    prompt=self.prompt_template.format(question=question),
+                    answer=str(answer),
+                    solution="\n".join(lines) + f"\n#### {answer}",
+                    bucket=bucket,
+                ))
+        return records
+
+    def load_heldout(self) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Model loading, the offline tiny model, the supervised warm-up and the GRPO LightningModule."""

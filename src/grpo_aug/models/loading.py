@@ -1,0 +1,39 @@
+"""Load a causal LM and its tokenizer by hub id or local path, with errors that name the path."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model.name_or_path={name_or_path!r}: cannot load a tokenizer ({err})") from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"model.name_or_path={name_or_path!r}: the tokenizer has no EOS token")
+    return tokenizer
+
+
+def load_policy(name_or_path: str, dtype: str = "float32") -> PreTrainedModel:
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
+    try:
+        return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype])
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model.name_or_path={name_or_path!r}: cannot load a causal LM ({err})") from err
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The reference model: an eval-mode copy of the initial policy that never gets gradients."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref

@@ -1,0 +1,138 @@
+"""The GRPO LightningModule: rollout, reward, group advantage and clipped loss in training_step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import lightning as L
+import torch
+from torchmetrics.aggregation import SumMetric
+
+from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
+from grpo_aug.algo.settings import LossSettings
+from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
+from grpo_aug.rewards import MathReward, RewardFunction, score_completions
+from grpo_aug.rollout import Rollout, generate
+from grpo_aug.rollout.settings import RolloutSettings
+
+
+class GRPOModule(L.LightningModule):
+    def __init__(
+        self,
+        name_or_path: str,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        rewards: Sequence[RewardFunction],
+        rollout: RolloutSettings,
+        algo: LossSettings,
+        dtype: str = "float32",
+        eval_max_new_tokens: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "rewards", "rollout", "algo"])
+        self.name_or_path = str(name_or_path)
+        self.optimizer_factory = optimizer
+        self.reward_functions = list(rewards)
+        self.rollout_settings = rollout
+        self.loss_settings = algo
+        self.dtype_name = dtype
+        self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
+        self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
+        self.policy: torch.nn.Module | None = None
+        # a list hides the reference from nn.Module registration: it is not trained, not in the
+        # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
+        self._frozen: list[torch.nn.Module] = []
+        self.exact = MathReward()
+        self.val_correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
+        self.val_total = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
+
+    @property
+    def reference(self) -> torch.nn.Module:
+        return self._frozen[0]
+
+    def configure_model(self) -> None:
+        if self.policy is not None:  # Lightning may call this more than once
+            return
+        self.policy = load_policy(self.name_or_path, self.dtype_name)
+        self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
+        self.policy.generation_config.pad_token_id = self.tokenizer.pad_token_id
+        self._frozen = [frozen_copy(self.policy)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=self.policy.parameters())
+
+    def on_fit_start(self) -> None:
+        self.reference.to(self.device)
+
+    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
+        return batch  # prompt records are text; they are tokenised on the device in the rollout
+
+    # -- one GRPO step ---------------------------------------------------------------------
+    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
+        B, G = len(batch), self.rollout_settings.group_size
+        s, a = self.rollout_settings, self.loss_settings
+
+        # 1. G rows per prompt, row g at temperature slot g
+        temperatures = s.row_temperatures(B)  # [B*G]
+        rows = [p.prompt for p in batch for _ in range(G)]
+
+        # 2. one batched rollout for all B*G rows
+        ro = generate(self.policy, self.tokenizer, rows, temperatures, s.top_p, s.max_new_tokens)
+        T = ro.completion_mask.shape[1]
+
+        # 3. reference log-probs, no graph
+        with torch.no_grad():
+            ref_logps = self._logprobs(self.reference, ro)  # [B*G, T]
+
+        # 4. rewards per completion
+        completions = [ro.texts[b * G : (b + 1) * G] for b in range(B)]
+        rewards, parts = score_completions(self.reward_functions, batch, completions)  # [B, G]
+        rewards = rewards.to(self.device)
+
+        # 5. policy log-probs with grad; one update per rollout, so the rollout policy is this one
+        logps = self._logprobs(self.policy, ro)  # [B*G, T]
+        old_logps = logps.detach()
+
+        # 6. group advantages and the clipped loss
+        advantages = group_advantages(rewards, adv_clip=a.adv_clip)  # [B, G]
+        mask = ro.completion_mask.view(B, G, T)  # [B, G, T]
+        loss, stats = policy_loss(
+            logps.view(B, G, T), ref_logps.view(B, G, T), old_logps.view(B, G, T), advantages, mask,
+            beta=a.beta, clip_eps=a.clip_eps,
+        )
+        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/reward", rewards.mean(), prog_bar=True)
+
+        # 7. loss and plain tensors for the health callbacks
+        return {
+            "loss": loss,
+            "rewards": rewards.detach(),  # [B, G]
+            "advantages": advantages.detach(),  # [B, G]
+            "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row
+            "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
+            "kl_mean": stats["kl_mean"],
+            "clip_frac": stats["clip_frac"],
+            "truncated": ro.truncated,  # [B*G]
+            "reward_parts": {k: v.mean() for k, v in parts.items()},
+        }
+
+    def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
+        return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)
+
+    # -- greedy held-out accuracy per bucket ------------------------------------------------
+    def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
+        greedy = torch.zeros(len(batch))
+        ro = generate(self.policy, self.tokenizer, [p.prompt for p in batch], greedy, 1.0, self.eval_max_new_tokens)
+        correct = torch.tensor([self.exact(p, text) for p, text in zip(batch, ro.texts)], device=self.device)
+        bucket = batch[0].bucket
+        self.val_correct[bucket].update(correct.sum())
+        self.val_total[bucket].update(torch.tensor(float(len(batch)), device=self.device))
+
+    def on_validation_epoch_end(self) -> None:
+        for bucket in BUCKETS:
+            total = self.val_total[bucket].compute()  # syncs across ranks: every rank calls it
+            correct = self.val_correct[bucket].compute()
+            if total > 0:
+                self.log(f"eval/accuracy/{bucket}", correct / total, sync_dist=False, rank_zero_only=True)
+            self.val_total[bucket].reset()
+            self.val_correct[bucket].reset()

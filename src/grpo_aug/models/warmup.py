@@ -1,0 +1,86 @@
+"""A short supervised warm-up on reference solutions, so GRPO starts from a model that
+sometimes succeeds (GRPO needs reward variance to learn anything at all).
+
+It is deliberately partial (a fixed, small number of steps) and cached under outputs/cache,
+keyed by everything that determines its result, so repeated runs skip it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from grpo_aug.data.records import Prompt
+from grpo_aug.models.loading import load_policy, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids/attention [N, L] right-padded and labels [N, L] with -100 everywhere but the solution."""
+    rows, labels = [], []
+    for r in records:
+        prompt = tokenizer(r.prompt, add_special_tokens=False).input_ids
+        answer = tokenizer(r.solution, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(x) for x in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)  # [N, L]
+    lab = torch.full((len(rows), width), -100)  # [N, L]
+    attn = torch.zeros((len(rows), width), dtype=torch.long)  # [N, L]
+    for i, (x, y) in enumerate(zip(rows, labels)):
+        ids[i, : len(x)] = torch.tensor(x)
+        lab[i, : len(y)] = torch.tensor(y)
+        attn[i, : len(x)] = 1
+    return ids, attn, lab
+
+
+def supervised_warmup(
+    name_or_path: str | Path,
+    records: Sequence[Prompt],
+    cache_dir: str | Path,
+    steps: int,
+    lr: float = 1e-3,
+    batch_size: int = 64,
+    buckets: Sequence[str] = ("easy",),
+    seed: int = 0,
+) -> Path:
+    """Train `steps` SFT steps on the solutions of `records` in `buckets`; return the saved dir."""
+    pool = [r for r in records if r.bucket in buckets]
+    if not pool:
+        raise ValueError(f"model.warmup.buckets={list(buckets)} selects no training prompts")
+    data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
+    spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key)
+    key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    out = Path(cache_dir) / f"warmup-{key}"
+    if (out / "config.json").is_file():
+        log.info("supervised warm-up: cached at %s", out)
+        return out
+
+    tokenizer = load_tokenizer(str(name_or_path))
+    model = load_policy(str(name_or_path))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
+    rng = random.Random(seed)
+    for step in range(steps):
+        ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 50 == 0 or step == steps - 1:
+            log.info("supervised warm-up step %d/%d: loss %.4f", step + 1, steps, loss.item())
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out)
+    return out

@@ -1,0 +1,70 @@
+"""train(cfg): validate the config, build data, model, callbacks and loggers, then fit.
+
+    python train.py                       # composes conf/train.yaml and calls train(cfg)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.warmup import supervised_warmup
+
+log = logging.getLogger(__name__)
+
+
+def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> str:
+    """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up."""
+    path = model_cfg.name_or_path
+    if path is None:
+        if model_cfg.get("tiny") is None:
+            raise ValueError("model.name_or_path is null and model.tiny is not set: nothing to load")
+        path = instantiate(model_cfg.tiny)(cache_dir=cache_dir, seed=seed)
+    warm = model_cfg.warmup
+    if warm.steps > 0:
+        path = supervised_warmup(path, records, cache_dir, warm.steps, warm.lr, warm.batch_size, warm.buckets, seed)
+    return str(path)
+
+
+def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule]:
+    # settings first: a bad value fails here, before any data or model is loaded
+    rollout = instantiate(cfg.rollout)
+    algo = instantiate(cfg.algo)
+    rewards = list(instantiate(cfg.reward.functions, _convert_="all"))
+    schedule = instantiate(cfg.curriculum)
+    datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps)
+    datamodule.setup("fit")
+
+    model_path = prepare_model(cfg.model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
+    module = GRPOModule(
+        name_or_path=model_path,
+        optimizer=instantiate(cfg.model.optimizer),
+        rewards=rewards,
+        rollout=rollout,
+        algo=algo,
+        dtype=cfg.model.dtype,
+        eval_max_new_tokens=cfg.model.get("eval_max_new_tokens"),
+    )
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    return trainer, module, datamodule
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    L.seed_everything(cfg.seed, workers=True)
+    trainer, module, datamodule = build(cfg)
+    if cfg.get("validate_before_training", True):
+        trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    if trainer.is_global_zero:
+        out = Path(cfg.paths.output_dir) / "policy"
+        module.policy.save_pretrained(out)
+        module.tokenizer.save_pretrained(out)
+        log.info("final policy saved to %s", out)
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

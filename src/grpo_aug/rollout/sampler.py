@@ -1,0 +1,95 @@
+"""A lean KV-cached decode loop: all rows in one batch, each with its own temperature.
+
+HF `generate` takes one temperature per call; a group wants one per row, so we sample
+ourselves. The loop stops as soon as every row has emitted EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedTokenizerBase
+
+from grpo_aug.rollout.types import Rollout
+
+
+def sample_next_token(
+    logits: torch.Tensor, temperatures: torch.Tensor, top_p: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N].
+
+    Nucleus sampling per row: keep the smallest prefix of the sorted distribution whose mass
+    reaches top_p (the most likely token always survives).
+    """
+    greedy = logits.argmax(dim=-1)  # [N]
+    temps = temperatures.clamp(min=1e-5).to(logits.dtype)[:, None]  # [N, 1]
+    probs = torch.softmax(logits / temps, dim=-1)  # [N, V]
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)  # [N, V]
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        picked = torch.multinomial(sorted_probs, 1, generator=generator)  # [N, 1]
+        sampled = order.gather(-1, picked).squeeze(-1)  # [N]
+    else:
+        sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [N]
+    return torch.where(temperatures > 0, sampled, greedy)
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    temperatures: torch.Tensor,
+    top_p: float,
+    max_new_tokens: int,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample one completion per prompt string; rows may repeat a prompt (that is a group)."""
+    device = next(model.parameters()).device
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    prompt_ids = enc.input_ids.to(device)  # [N, P]
+    prompt_mask = enc.attention_mask.to(device)  # [N, P]
+    temperatures = temperatures.to(device)
+    n, p = prompt_ids.shape
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    was_training = model.training
+    model.eval()  # dropout off while sampling
+    cache = DynamicCache()
+    attn = prompt_mask
+    position = (attn.cumsum(-1) - 1).clamp(min=0)  # [N, P] left padding shifts positions
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, cache=cache, use_cache=True)
+    logits = out.logits[:, -1].float()  # [N, V]
+    position = position[:, -1:]  # [N, 1]
+    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    tokens, alive = [], []
+    for step in range(max_new_tokens):
+        token = sample_next_token(logits, temperatures, top_p, generator)  # [N]
+        token = torch.where(finished, torch.full_like(token, pad), token)
+        tokens.append(token)
+        alive.append(~finished)
+        finished = finished | (token == eos)
+        # one host sync per token; it lets the loop end early, which pays for itself
+        if step == max_new_tokens - 1 or bool(finished.all()):
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)  # [N, P + t + 1]
+        position = position + 1
+        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=position,
+                    cache=cache, use_cache=True)
+        logits = out.logits[:, -1].float()
+    model.train(was_training)
+
+    completion = torch.stack(tokens, dim=1)  # [N, T]
+    completion_mask = torch.stack(alive, dim=1).to(prompt_mask.dtype)  # [N, T]
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return Rollout(
+        input_ids=torch.cat([prompt_ids, completion], dim=1),  # [N, P + T]
+        attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),  # [N, P + T]
+        completion_mask=completion_mask,
+        temperatures=temperatures,
+        prompt_len=p,
+        texts=texts,
+        truncated=~finished,
+    )

@@ -1,0 +1,35 @@
+"""Validated rollout settings: checked when the config is composed, before any model loads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    group_size: int = 8
+    temperatures: Sequence[float] = (0.7, 1.0, 1.2, 1.5)
+    top_p: float = 0.95
+    max_new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"rollout.group_size must be >= 2 (a group needs a std), got {self.group_size}")
+        if len(self.temperatures) == 0:
+            raise ValueError("rollout.temperatures is empty; give at least one temperature, e.g. [1.0]")
+        for i, t in enumerate(self.temperatures):
+            if t < 0:
+                raise ValueError(f"rollout.temperatures[{i}] = {t} is negative")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+
+    def row_temperatures(self, num_prompts: int) -> torch.Tensor:
+        """[B * G]: row g of every group samples at temperatures[g % len(temperatures)]."""
+        slots = torch.tensor([self.temperatures[g % len(self.temperatures)] for g in range(self.group_size)])
+        return slots.repeat(num_prompts)  # [B * G]

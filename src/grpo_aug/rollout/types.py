@@ -1,0 +1,17 @@
+"""What a rollout hands to the loss: token ids, masks and per-row temperatures."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Rollout(NamedTuple):
+    input_ids: torch.Tensor  # [N, P + T] prompt (left-padded to P) then completion (right-padded)
+    attention_mask: torch.Tensor  # [N, P + T] 1 on real prompt and completion tokens
+    completion_mask: torch.Tensor  # [N, T] 1 on generated tokens up to and including EOS
+    temperatures: torch.Tensor  # [N] the temperature each row was sampled at
+    prompt_len: int  # P
+    texts: list[str]  # N decoded completions (special tokens removed)
+    truncated: torch.Tensor  # [N] bool, no EOS within max_new_tokens
