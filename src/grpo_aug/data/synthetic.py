@@ -1,8 +1,8 @@
 """Synthetic arithmetic with difficulty by construction: 1, 2 or 3 calculator steps.
 
-easy   "What is 47 + 38?"            <<47+38=85>>85 #### 85
+easy   "What is 47 + 8?"             one addition of a single digit: <<47+8=55>>55 #### 55
 medium "What is 47 + 38 - 9?"        two steps
-hard   "What is 47 + 38 - 9 + 12?"   three steps (one may be a small multiplication)
+hard   "What is (47 + 38) * 3 - 12?" three steps (multiplications are by 2..9)
 Results are never negative; generation is deterministic by seed.
 """
 
@@ -20,12 +20,13 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def _problem(rng: random.Random, steps: int, max_operand: int) -> tuple[str, list[str], int]:
+    second_max = 9 if steps == 1 else max_operand
     value = rng.randint(0, max_operand)
     expression = str(value)
     lines = []
     for _ in range(steps):
-        op = rng.choice("+-*") if steps > 1 else rng.choice("+-")
-        b = rng.randint(2, 9) if op == "*" else rng.randint(0, max_operand)
+        op = rng.choice("+-*") if steps > 1 else "+"
+        b = rng.randint(2, 9) if op == "*" else rng.randint(0, second_max)
         if op == "-" and b > value:  # keep every intermediate result non-negative
             op = "+"
         result = _apply(op, value, b)
@@ -40,8 +41,8 @@ def _problem(rng: random.Random, steps: int, max_operand: int) -> tuple[str, lis
 class SyntheticArithmetic:
     """`size_per_bucket` distinct problems per difficulty bucket, operands in [0, max_operand]."""
 
-    def __init__(self, size_per_bucket: int = 3000, max_operand: int = 99, seed: int = 0,
-                 prompt_template: str = "Question: {question}\nAnswer: ") -> None:
+    def __init__(self, size_per_bucket: int = 900, max_operand: int = 99, seed: int = 0,
+                 prompt_template: str = "Q: {question}\nA: ") -> None:
         if size_per_bucket < 1:
             raise ValueError(f"data.source.size_per_bucket must be >= 1, got {size_per_bucket}")
         self.size_per_bucket = size_per_bucket

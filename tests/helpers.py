@@ -1,0 +1,47 @@
+"""Shared helpers for tests that compose the real config or run the real entry point."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
+        "model.tiny.intermediate_size=64"]
+
+
+def compose_cfg(tmp_path: Path, overrides: list[str]):
+    """The real train.yaml with run paths pointed into tmp_path (no Hydra run, so no ${hydra:})."""
+    paths = [f"paths.root_dir={ROOT}", f"paths.output_dir={tmp_path}/run", f"paths.cache_dir={tmp_path}/cache"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=paths + overrides)
+
+
+def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python train.py ...` in a subprocess, run dir and cache under tmp_path."""
+    args = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}/run",
+            f"paths.cache_dir={tmp_path}/cache", *overrides]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the run's TensorBoard event files, read with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return scalars
+
+
+def all_finite(values: list[tuple[int, float]]) -> bool:
+    return bool(values) and all(math.isfinite(v) for _, v in values)

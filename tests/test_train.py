@@ -1,0 +1,65 @@
+"""End-to-end runs through the real Hydra entry point."""
+
+import pytest
+
+from helpers import TINY, all_finite, read_scalars, run_train
+
+HEALTH = [
+    "health/reward_mean",
+    "health/reward_std",
+    "health/effective_token_ratio",
+    "health/kl_mean",
+    "health/completion_length_mean",
+    "train/loss",
+]
+
+
+def test_fast_run_logs_every_health_metric(tmp_path):
+    result = run_train(tmp_path, ["debug=fast", *TINY])
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    scalars = read_scalars(run)
+    for tag in HEALTH + ["eval/accuracy/easy", "eval/accuracy/medium", "eval/accuracy/hard"]:
+        assert all_finite(scalars.get(tag, [])), f"{tag}: {scalars.get(tag)}"
+    assert [step for step, _ in scalars["health/reward_mean"]] == [1, 2, 3, 4]  # every_n_steps=1
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert (run / "policy" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("rollout.group_size=1", "rollout.group_size"),
+        ("rollout.temperatures=[]", "rollout.temperatures"),
+        ("rollout.temperatures=[0.7,-1.0]", "rollout.temperatures[1]"),
+    ],
+)
+def test_bad_rollout_config_fails_before_any_model_loads(tmp_path, override, key):
+    result = run_train(tmp_path, ["debug=fast", override])
+    assert result.returncode != 0
+    assert key in result.stderr
+    assert not (tmp_path / "cache").exists()  # nothing was built or loaded
+
+
+def test_unknown_model_path_is_named(tmp_path):
+    result = run_train(tmp_path, ["debug=fast", "model=hf", "model.name_or_path=/no/such/model"])
+    assert result.returncode != 0
+    assert "model.name_or_path='/no/such/model'" in result.stderr
+
+
+def test_missing_data_file_is_named(tmp_path):
+    result = run_train(tmp_path, ["debug=fast", "data=gsm8k", f"data.source.path={tmp_path}/missing.jsonl"])
+    assert result.returncode != 0
+    assert f"{tmp_path}/missing.jsonl" in result.stderr
+
+
+@pytest.mark.slow
+def test_default_run_learns_on_easy(tmp_path):
+    """The acceptance run: `python train.py` with no overrides; GRPO lifts easy held-out accuracy."""
+    result = run_train(tmp_path, [], timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    easy = sorted(read_scalars(tmp_path / "run")["eval/accuracy/easy"])
+    before = easy[0]
+    assert before[0] == 0
+    after = sum(v for _, v in easy[-3:]) / 3
+    assert after - before[1] >= 0.30, easy

@@ -1,0 +1,125 @@
+import json
+import re
+
+import pytest
+
+from grpo_aug.data.curriculum import StagedSchedule
+from grpo_aug.data.datamodule import PromptDataModule, split_heldout
+from grpo_aug.data.gsm8k import GSM8KSource, read_gsm8k
+from grpo_aug.data.sampler import CurriculumBatchSampler
+from grpo_aug.data.synthetic import SyntheticArithmetic
+
+GSM8K = "../shared/data/gsm8k/train.jsonl"
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+STEP = re.compile(r"<<(\d+)([+\-*])(\d+)=(\d+)>>(\d+)")
+
+
+def test_synthetic_is_deterministic_and_tiered():
+    a = SyntheticArithmetic(size_per_bucket=200, seed=3).load()
+    b = SyntheticArithmetic(size_per_bucket=200, seed=3).load()
+    assert a == b
+    assert a != SyntheticArithmetic(size_per_bucket=200, seed=4).load()
+    steps = {"easy": 1, "medium": 2, "hard": 3}
+    for r in a:
+        lines = r.solution.split("\n")
+        assert len(lines) == steps[r.bucket] + 1 and lines[-1] == f"#### {r.answer}"
+
+
+def test_synthetic_solutions_compute_the_question():
+    for r in SyntheticArithmetic(size_per_bucket=300, seed=0).load():
+        value = None
+        for a, op, b, c, shown in STEP.findall(r.solution):
+            a, b, c = int(a), int(b), int(c)
+            assert value is None or a == value  # each step continues from the previous result
+            assert OPS[op](a, b) == c == int(shown) and c >= 0
+            value = c
+        assert value == int(r.answer)
+        # the question itself, evaluated by an independent left-to-right parser, gives the answer
+        tokens = r.question.removeprefix("What is ").removesuffix("?").replace("(", "").replace(")", "").split()
+        acc = int(tokens[0])
+        for op, num in zip(tokens[1::2], tokens[2::2]):
+            acc = OPS[op](acc, int(num))
+        assert acc == int(r.answer)
+
+
+def test_gsm8k_real_file_parses_and_tiers():
+    records = read_gsm8k(GSM8K, "Question: {question}\nAnswer: ")
+    assert len(records) == 7473
+    first = records[0]
+    assert first.answer == "72" and first.bucket == "easy"  # two <<...>> steps
+    counts = {b: sum(r.bucket == b for r in records) for b in ("easy", "medium", "hard")}
+    assert sum(counts.values()) == 7473 and min(counts.values()) > 200
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"question": "q"}', "missing or empty 'answer'"),
+        ('{"answer": "#### 3"}', "missing or empty 'question'"),
+        ("{not json", "not valid JSON"),
+        ('{"question": "q", "answer": "no marker"}', "'#### N'"),
+    ],
+)
+def test_gsm8k_bad_line_names_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"question": "q", "answer": "<<1+1=2>>2\n#### 2"})
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=rf"bad.jsonl:2: .*{re.escape(message)}"):
+        read_gsm8k(path, "{question}")
+
+
+def test_missing_data_file_names_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        GSM8KSource(str(tmp_path / "nope.jsonl")).load()
+
+
+def test_heldout_is_disjoint_and_sized():
+    records = SyntheticArithmetic(size_per_bucket=300, seed=0).load()
+    train, held = split_heldout(records, 50, seed=0)
+    assert len(held) == 150 and len(train) == 750
+    assert not {r.question for r in train} & {r.question for r in held}
+
+
+def _sampler(rank, world, schedule=None, start=0):
+    indices = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard": list(range(200, 300))}
+    schedule = schedule or StagedSchedule([{"until": 1.0, "weights": {"easy": 0.5, "medium": 0.3, "hard": 0.2}}])
+    return CurriculumBatchSampler(indices, 8, schedule, 50, seed=1, rank=rank, world_size=world, start_step=start)
+
+
+def test_batches_are_single_bucket_and_rank_disjoint():
+    ranks = [list(_sampler(r, 2)) for r in range(2)]
+    for b0, b1 in zip(*ranks):
+        assert len({i // 100 for i in b0 + b1}) == 1  # one bucket, same on both ranks
+        assert not set(b0) & set(b1) and len(set(b0 + b1)) == 16
+
+
+def test_resume_yields_the_same_remaining_batches():
+    assert list(_sampler(0, 1))[20:] == list(_sampler(0, 1, start=20))
+
+
+def test_staged_schedule_by_hand():
+    s = StagedSchedule([{"until": 0.2, "weights": {"easy": 1.0}},
+                        {"until": 1.0, "weights": {"easy": 0.5, "hard": 0.5}}])
+    assert s.weights(19, 100) == {"easy": 1.0, "medium": 0.0, "hard": 0.0}
+    assert s.weights(20, 100) == {"easy": 0.5, "medium": 0.0, "hard": 0.5}
+
+
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"until": 1.0, "weights": {"easy": 0.5}}], "sum to 1"),
+        ([{"until": 1.0, "weights": {"trivial": 1.0}}], "unknown bucket 'trivial'"),
+        ([{"until": 0.5, "weights": {"easy": 1.0}}], "must be 1.0"),
+    ],
+)
+def test_bad_schedule_fails_naming_the_problem(stages, message):
+    with pytest.raises(ValueError, match=message):
+        StagedSchedule(stages)
+
+
+def test_schedule_needing_an_empty_bucket_fails_at_setup():
+    source = SyntheticArithmetic(size_per_bucket=20, seed=0)
+    schedule = StagedSchedule([{"until": 1.0, "weights": {"hard": 1.0}}])
+    dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)
+    with pytest.raises(ValueError, match="bucket 'hard' but it has 10 training prompts"):
+        dm.setup("fit")
