@@ -27,7 +27,8 @@ def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> 
         path = instantiate(model_cfg.tiny)(cache_dir=cache_dir, seed=seed)
     warm = model_cfg.warmup
     if warm.steps > 0:
-        path = supervised_warmup(path, records, cache_dir, warm.steps, warm.lr, warm.batch_size, warm.buckets, seed)
+        path = supervised_warmup(path, records, cache_dir, warm.steps, warm.lr, warm.batch_size, warm.buckets, seed,
+                                 warm.off_by_one)
     return str(path)
 
 
@@ -49,6 +50,7 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         algo=algo,
         dtype=cfg.model.dtype,
         eval_max_new_tokens=cfg.model.get("eval_max_new_tokens"),
+        lr_warmup_steps=cfg.model.get("lr_warmup_steps", 0),
     )
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]

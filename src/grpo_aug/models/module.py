@@ -27,6 +27,7 @@ class GRPOModule(L.LightningModule):
         algo: LossSettings,
         dtype: str = "float32",
         eval_max_new_tokens: int | None = None,
+        lr_warmup_steps: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "rewards", "rollout", "algo"])
@@ -37,6 +38,7 @@ class GRPOModule(L.LightningModule):
         self.loss_settings = algo
         self.dtype_name = dtype
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
+        self.lr_warmup_steps = lr_warmup_steps
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
         self.policy: torch.nn.Module | None = None
         # a list hides the reference from nn.Module registration: it is not trained, not in the
@@ -58,8 +60,13 @@ class GRPOModule(L.LightningModule):
         self.policy.generation_config.pad_token_id = self.tokenizer.pad_token_id
         self._frozen = [frozen_copy(self.policy)]
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.optimizer_factory(params=self.policy.parameters())
+    def configure_optimizers(self) -> dict:
+        optimizer = self.optimizer_factory(params=self.policy.parameters())
+        # a linear lr ramp: Adam's first updates move every weight by ~lr whatever the gradient,
+        # and early policy-gradient estimates are mostly noise
+        ramp = max(self.lr_warmup_steps, 0) + 1
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / ramp))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_fit_start(self) -> None:
         self.reference.to(self.device)

@@ -1,16 +1,24 @@
-"""A short supervised warm-up on reference solutions, so GRPO starts from a model that
-sometimes succeeds (GRPO needs reward variance to learn anything at all).
+"""A short supervised warm-up on demonstrations, so GRPO starts from a model that sometimes
+succeeds (GRPO needs reward variance to learn anything at all).
 
-It is deliberately partial (a fixed, small number of steps) and cached under outputs/cache,
-keyed by everything that determines its result, so repeated runs skip it.
+It is deliberately partial: a fixed, small number of steps, and optionally *sloppy*
+demonstrations: a share `off_by_one` of them carry a final result that is one too high (the
+last calculator step and the '#### N' line), the kind of systematic error that imperfect
+human or model-written solutions have. A policy imitating them is often confidently wrong
+in a consistent way; only a reward signal can tell it which of its habits is right, which is
+what GRPO has to do afterwards. The result is cached under outputs/cache, keyed by
+everything that determines it, so repeated runs skip it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import math
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +28,17 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.models.loading import load_policy, load_tokenizer
 
 log = logging.getLogger(__name__)
+
+
+def off_by_one(record: Prompt) -> Prompt:
+    """The record with its final result raised by one in the last `<<...=R>>R` step and `#### R`."""
+    wrong = str(int(record.answer) + 1)
+    head, _, _ = record.solution.rpartition("####")
+    steps = list(re.finditer(r"=\s*" + re.escape(record.answer) + r"\s*>>\s*" + re.escape(record.answer), head))
+    if steps:
+        last = steps[-1]
+        head = head[: last.start()] + f"={wrong}>>{wrong}" + head[last.end() :]
+    return dataclasses.replace(record, answer=wrong, solution=f"{head}#### {wrong}")
 
 
 def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -50,13 +69,19 @@ def supervised_warmup(
     batch_size: int = 64,
     buckets: Sequence[str] = ("easy",),
     seed: int = 0,
+    off_by_one_rate: float = 0.0,
 ) -> Path:
     """Train `steps` SFT steps on the solutions of `records` in `buckets`; return the saved dir."""
+    if not 0.0 <= off_by_one_rate <= 1.0:
+        raise ValueError(f"model.warmup.off_by_one must be in [0, 1], got {off_by_one_rate}")
     pool = [r for r in records if r.bucket in buckets]
     if not pool:
         raise ValueError(f"model.warmup.buckets={list(buckets)} selects no training prompts")
+    noise = random.Random(f"{seed}-off-by-one")
+    pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < off_by_one_rate else r for r in pool]
     data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
-    spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key)
+    spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
+                schedule="cosine")
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(cache_dir) / f"warmup-{key}"
     if (out / "config.json").is_file():
@@ -67,7 +92,11 @@ def supervised_warmup(
     model = load_policy(str(name_or_path))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
+    # linear ramp then cosine decay: ending at a small lr leaves a settled model, not one mid-jump
+    ramp = min(20, steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1)))
+    )
     rng = random.Random(seed)
     for step in range(steps):
         ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
