@@ -22,6 +22,7 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     for tag in HEALTH + ["eval/accuracy/easy", "eval/accuracy/medium", "eval/accuracy/hard"]:
         assert all_finite(scalars.get(tag, [])), f"{tag}: {scalars.get(tag)}"
     assert [step for step, _ in scalars["health/reward_mean"]] == [1, 2, 3, 4]  # every_n_steps=1
+    assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 2, 4]  # before step 1, then every 2
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / "policy" / "model.safetensors").is_file()
 
@@ -51,6 +52,16 @@ def test_missing_data_file_is_named(tmp_path):
     result = run_train(tmp_path, ["debug=fast", "data=gsm8k", f"data.source.path={tmp_path}/missing.jsonl"])
     assert result.returncode != 0
     assert f"{tmp_path}/missing.jsonl" in result.stderr
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes(tmp_path):
+    """trainer=ddp runs with two gloo processes on CPU and logs from rank 0."""
+    result = run_train(tmp_path, ["debug=fast", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Starting with 2 processes" in result.stderr + result.stdout
+    scalars = read_scalars(tmp_path / "run")
+    assert all_finite(scalars["health/reward_std"]) and all_finite(scalars["eval/accuracy/easy"])
 
 
 @pytest.mark.slow

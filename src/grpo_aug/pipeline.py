@@ -69,4 +69,5 @@ def train(cfg: DictConfig) -> dict[str, float]:
         module.policy.save_pretrained(out)
         module.tokenizer.save_pretrained(out)
         log.info("final policy saved to %s", out)
-    return {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    return {**metrics, **module.last_eval}

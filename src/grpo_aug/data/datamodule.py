@@ -92,6 +92,9 @@ class PromptDataModule(L.LightningDataModule):
         sampler = self.make_sampler(start, rank, self._world_size())
         return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
 
+    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
+        return batch  # prompt records are text; the rollout tokenises them on the model's device
+
     def val_batches(self, rank: int = 0, world_size: int = 1) -> list[list[Prompt]]:
         """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ..."""
         batches = []

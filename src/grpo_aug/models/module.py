@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import lightning as L
@@ -15,6 +16,8 @@ from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.rewards import MathReward, RewardFunction, score_completions
 from grpo_aug.rollout import Rollout, generate
 from grpo_aug.rollout.settings import RolloutSettings
+
+log = logging.getLogger(__name__)
 
 
 class GRPOModule(L.LightningModule):
@@ -45,6 +48,7 @@ class GRPOModule(L.LightningModule):
         # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
         self._frozen: list[torch.nn.Module] = []
         self.exact = MathReward()
+        self.last_eval: dict[str, float] = {}
         self.val_correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
         self.val_total = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
 
@@ -70,9 +74,6 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.reference.to(self.device)
-
-    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
-        return batch  # prompt records are text; they are tokenised on the device in the rollout
 
     # -- one GRPO step ---------------------------------------------------------------------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
@@ -136,10 +137,19 @@ class GRPOModule(L.LightningModule):
         self.val_total[bucket].update(torch.tensor(float(len(batch)), device=self.device))
 
     def on_validation_epoch_end(self) -> None:
+        accuracy = {}
         for bucket in BUCKETS:
             total = self.val_total[bucket].compute()  # syncs across ranks: every rank calls it
             correct = self.val_correct[bucket].compute()
             if total > 0:
-                self.log(f"eval/accuracy/{bucket}", correct / total, sync_dist=False, rank_zero_only=True)
+                accuracy[f"eval/accuracy/{bucket}"] = (correct / total).item()
             self.val_total[bucket].reset()
             self.val_correct[bucket].reset()
+        self.last_eval = accuracy
+        # written straight to the loggers: self.log would stamp a mid-training evaluation with
+        # step - 1, and the step-0 baseline must sit at step 0
+        for logger in self.trainer.loggers:
+            logger.log_metrics(accuracy, step=self.global_step)
+        if self.trainer.is_global_zero:
+            shown = "  ".join(f"{k.rsplit('/', 1)[1]} {a:.3f}" for k, a in accuracy.items())
+            log.info("step %d  greedy held-out accuracy: %s", self.global_step, shown)
