@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -37,3 +40,18 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     ref.eval()
     ref.requires_grad_(False)
     return ref
+
+
+def save_pretrained_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> Path:
+    """Write model + tokenizer to a temporary sibling, then rename: a run killed mid-write never
+    leaves a half-written directory that a later run would take for a finished one."""
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if not (out / "config.json").is_file():
+            raise
+        shutil.rmtree(tmp)  # another rank finished the same directory first
+    return out

@@ -61,7 +61,6 @@ class GRPOModule(L.LightningModule):
             return
         self.policy = load_policy(self.name_or_path, self.dtype_name)
         self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
-        self.policy.generation_config.pad_token_id = self.tokenizer.pad_token_id
         self._frozen = [frozen_copy(self.policy)]
 
     def configure_optimizers(self) -> dict:
@@ -110,18 +109,17 @@ class GRPOModule(L.LightningModule):
         )
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/reward", rewards.mean(), prog_bar=True)
+        self.log("train/clip_frac", stats["clip_frac"])
+        for name, scores in parts.items():
+            self.log(f"reward/{name}/mean", scores.mean())
 
-        # 7. loss and plain tensors for the health callbacks
+        # 7. loss and plain tensors for the health callback
         return {
             "loss": loss,
             "rewards": rewards.detach(),  # [B, G]
-            "advantages": advantages.detach(),  # [B, G]
-            "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row
+            "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row, EOS included
             "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
             "kl_mean": stats["kl_mean"],
-            "clip_frac": stats["clip_frac"],
-            "truncated": ro.truncated,  # [B*G]
-            "reward_parts": {k: v.mean() for k, v in parts.items()},
         }
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:

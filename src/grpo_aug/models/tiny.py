@@ -14,6 +14,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from grpo_aug.models.loading import save_pretrained_dir
+
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
 # printable ASCII and newline cover the synthetic task and nearly all of GSM8K
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
@@ -63,8 +65,4 @@ def build_tiny_model(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out)  # atomic: a half-written directory is never mistaken for a model
-    return out
+    return save_pretrained_dir(model, tokenizer, out)

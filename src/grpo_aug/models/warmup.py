@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.models.loading import load_policy, load_tokenizer
+from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,4 @@ def supervised_warmup(
         schedule.step()
         if step % 50 == 0 or step == steps - 1:
             log.info("supervised warm-up step %d/%d: loss %.4f", step + 1, steps, loss.item())
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out)
-    return out
+    return save_pretrained_dir(model, tokenizer, out)
