@@ -45,3 +45,11 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def all_finite(values: list[tuple[int, float]]) -> bool:
     return bool(values) and all(math.isfinite(v) for _, v in values)
+
+
+def first_existing(*candidates) -> Path | None:
+    """The first candidate path that is a file (shared data may sit beside the checkout or not)."""
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None

@@ -1,6 +1,7 @@
 """End-to-end runs through the real Hydra entry point."""
 
 import pytest
+import torch
 
 from helpers import TINY, all_finite, read_scalars, run_train
 
@@ -23,7 +24,9 @@ def test_fast_run_logs_every_health_metric(tmp_path):
         assert all_finite(scalars.get(tag, [])), f"{tag}: {scalars.get(tag)}"
     assert [step for step, _ in scalars["health/reward_mean"]] == [1, 2, 3, 4]  # every_n_steps=1
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 2, 4]  # before step 1, then every 2
-    assert (run / "checkpoints" / "last.ckpt").is_file()
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 4
+    assert all(k.startswith(("policy.", "val_")) for k in last["state_dict"])  # no reference weights
     assert (run / "policy" / "model.safetensors").is_file()
 
 

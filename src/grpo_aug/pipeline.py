@@ -64,6 +64,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("validate_before_training", True):
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    # the step-interval checkpoint misses a last step that is not a multiple of its interval
+    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
     if trainer.is_global_zero:
         out = Path(cfg.paths.output_dir) / "policy"
         module.policy.save_pretrained(out)

@@ -1,4 +1,5 @@
 import json
+import os
 import re
 
 import pytest
@@ -8,8 +9,13 @@ from grpo_aug.data.datamodule import PromptDataModule, split_heldout
 from grpo_aug.data.gsm8k import GSM8KSource, read_gsm8k
 from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from helpers import ROOT, first_existing
 
-GSM8K = "../shared/data/gsm8k/train.jsonl"
+GSM8K = first_existing(
+    os.environ.get("GRPO_AUG_GSM8K", ""),
+    ROOT.parent / "shared/data/gsm8k/train.jsonl",
+    "/work/shared/data/gsm8k/train.jsonl",
+)
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 STEP = re.compile(r"<<(\d+)([+\-*])(\d+)=(\d+)>>(\d+)")
 
@@ -42,6 +48,7 @@ def test_synthetic_solutions_compute_the_question():
         assert acc == int(r.answer)
 
 
+@pytest.mark.skipif(GSM8K is None, reason="GSM8K train.jsonl not found (set GRPO_AUG_GSM8K)")
 def test_gsm8k_real_file_parses_and_tiers():
     records = read_gsm8k(GSM8K, "Question: {question}\nAnswer: ")
     assert len(records) == 7473
