@@ -18,6 +18,7 @@ from grpo_aug.data.datamodule import PromptDataModule
         ["trainer=gpu"],
         ["logger=csv"],
         ["debug=fast"],
+        ["rollout/dedup=ngram"],
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):
@@ -39,10 +40,13 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         ("algo.clip_eps=1.5", "algo.clip_eps"),
         ("rollout.top_p=0", "rollout.top_p"),
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
+        ("rollout.dedup.threshold=1.5", "rollout.dedup.threshold"),
+        ("rollout.dedup.min_unique=9", "rollout.dedup.min_unique=9 exceeds rollout.group_size=8"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, override, message):
-    cfg = compose_cfg(tmp_path, [override])
+    dedup = ["rollout/dedup=ngram"] if override.startswith("rollout.dedup") else []
+    cfg = compose_cfg(tmp_path, dedup + [override])
     with pytest.raises(Exception, match=message):
         instantiate(cfg.rollout)
         instantiate(cfg.algo)

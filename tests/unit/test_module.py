@@ -53,6 +53,8 @@ def test_health_values_by_hand():
         "lengths": torch.tensor([4, 6, 2, 8, 5, 5, 5, 5]),
         "loss_tokens": torch.tensor(30.0),
         "kl_mean": torch.tensor(0.25),
+        "distinct": torch.tensor([[True, True, False, True], [True, False, False, False]]),
+        "valid": torch.tensor([[True, True, False, True], [False, False, False, False]]),
     }
     v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
     assert v["health/reward_mean"] == 5 / 8
@@ -60,3 +62,5 @@ def test_health_values_by_hand():
     assert v["health/effective_token_ratio"] == 30 / 40
     assert v["health/kl_mean"] == 0.25
     assert v["health/completion_length_mean"] == 5.0
+    assert v["rollout/unique_ratio"] == 4 / 8
+    assert v["rollout/groups_dropped_frac"] == 1 / 2

@@ -5,6 +5,8 @@ health/reward_std                mean over groups of the within-group reward std
 health/effective_token_ratio     tokens that carry loss / generated tokens (masks remove junk)
 health/kl_mean                   mean k3 KL to the reference per loss token (spike: policy runs away)
 health/completion_length_mean    generated tokens per completion, EOS included
+rollout/unique_ratio             completions that are not near-copies of another in their group
+rollout/groups_dropped_frac      groups dropped for having too few distinct completions
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
         "health/effective_token_ratio": (outputs["loss_tokens"].float() / generated.clamp(min=1), generated),
         "health/kl_mean": (outputs["kl_mean"], one),
         "health/completion_length_mean": (lengths.mean(), one * lengths.numel()),
+        "rollout/unique_ratio": (outputs["distinct"].float().mean(), one * rewards.numel()),
+        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), one * rewards.shape[0]),
     }
 
 
@@ -40,6 +44,8 @@ class SampleHealth(L.Callback):
         "health/effective_token_ratio",
         "health/kl_mean",
         "health/completion_length_mean",
+        "rollout/unique_ratio",
+        "rollout/groups_dropped_frac",
     )
 
     def __init__(self, every_n_steps: int = 100) -> None:

@@ -96,13 +96,17 @@ class GRPOModule(L.LightningModule):
         rewards, parts = score_completions(self.reward_functions, batch, completions)  # [B, G]
         rewards = rewards.to(self.device)
 
-        # 5. policy log-probs with grad; one update per rollout, so the rollout policy is this one
+        # 5. near-copies, and whole groups with too few distinct rows, leave loss and statistics
+        distinct = s.dedup(completions).to(self.device)  # [B, G]
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None]  # [B, G]
+
+        # 6. policy log-probs with grad; one update per rollout, so the rollout policy is this one
         logps = self._logprobs(self.policy, ro)  # [B*G, T]
         old_logps = logps.detach()
 
-        # 6. group advantages and the clipped loss
-        advantages = group_advantages(rewards, adv_clip=a.adv_clip)  # [B, G]
-        mask = ro.completion_mask.view(B, G, T)  # [B, G, T]
+        # 7. group advantages and the clipped loss
+        advantages = group_advantages(rewards, valid, adv_clip=a.adv_clip)  # [B, G]
+        mask = ro.completion_mask.view(B, G, T) * valid[..., None]  # [B, G, T]
         loss, stats = policy_loss(
             logps.view(B, G, T), ref_logps.view(B, G, T), old_logps.view(B, G, T), advantages, mask,
             beta=a.beta, clip_eps=a.clip_eps,
@@ -113,10 +117,12 @@ class GRPOModule(L.LightningModule):
         for name, scores in parts.items():
             self.log(f"reward/{name}/mean", scores.mean())
 
-        # 7. loss and plain tensors for the health callback
+        # 8. loss and plain tensors for the health callback
         return {
             "loss": loss,
             "rewards": rewards.detach(),  # [B, G]
+            "distinct": distinct,  # [B, G] not a near-copy of an earlier row
+            "valid": valid,  # [B, G] counted in loss and group statistics
             "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row, EOS included
             "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
             "kl_mean": stats["kl_mean"],

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from grpo_aug.rollout.dedup import NoDedup
 
 
 @dataclass(frozen=True)
@@ -14,6 +16,7 @@ class RolloutSettings:
     temperatures: Sequence[float] = (0.7, 1.0, 1.2, 1.5)
     top_p: float = 0.95
     max_new_tokens: int = 32
+    dedup: NoDedup = field(default_factory=NoDedup)
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -28,6 +31,7 @@ class RolloutSettings:
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        self.dedup.check_group_size(self.group_size)
 
     def row_temperatures(self, num_prompts: int) -> torch.Tensor:
         """[B * G]: row g of every group samples at temperatures[g % len(temperatures)]."""
