@@ -99,3 +99,29 @@ def test_stops_at_eos_and_masks_after_it(tiny_model_dir):
     assert ro.completion_mask.shape[1] == 1  # the loop ended early
     assert ro.completion_mask.tolist() == [[1], [1], [1]]
     assert not ro.truncated.any()
+
+
+def test_slot_to_hint_assignment_and_original_record_untouched():
+    from grpo_aug.data.records import Prompt
+
+    p = Prompt(id="p", question="What is 3 + 4?", prompt="Q: What is 3 + 4?\nA: ", answer="7",
+               solution="<<3+4=7>>7\n#### 7", bucket="easy")
+    s = RolloutSettings(group_size=5, temperatures=(1.0,), hints=("Use an equation.", "Count on."))
+    rows = s.row_prompts([p])
+    assert rows == [
+        "Q: What is 3 + 4? Use an equation.\nA: ",
+        "Q: What is 3 + 4? Count on.\nA: ",
+        "Q: What is 3 + 4? Use an equation.\nA: ",
+        "Q: What is 3 + 4? Count on.\nA: ",
+        "Q: What is 3 + 4? Use an equation.\nA: ",
+    ]
+    assert p.prompt == "Q: What is 3 + 4?\nA: "
+    assert RolloutSettings(group_size=2).row_prompts([p]) == [p.prompt, p.prompt]  # off by default
+
+
+def test_near_zero_temperature_rows_decode_greedily(tiny_model_dir):
+    model, tok = _model(tiny_model_dir)
+    greedy = generate(model, tok, PROMPTS, torch.zeros(3), 0.95, max_new_tokens=6)
+    cold = generate(model, tok, PROMPTS, torch.full((3,), 1e-4), 0.95, max_new_tokens=6,
+                    generator=torch.Generator().manual_seed(5))
+    assert torch.equal(greedy.input_ids, cold.input_ids)

@@ -79,9 +79,9 @@ class GRPOModule(L.LightningModule):
         B, G = len(batch), self.rollout_settings.group_size
         s, a = self.rollout_settings, self.loss_settings
 
-        # 1. G rows per prompt, row g at temperature slot g
+        # 1. G rows per prompt, row g at temperature slot g (and hint slot g, if hints are set)
         temperatures = s.row_temperatures(B)  # [B*G]
-        rows = [p.prompt for p in batch for _ in range(G)]
+        rows = s.row_prompts(batch)
 
         # 2. one batched rollout for all B*G rows
         ro = generate(self.policy, self.tokenizer, rows, temperatures, s.top_p, s.max_new_tokens)

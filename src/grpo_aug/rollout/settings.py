@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grpo_aug.data.records import Prompt
 from grpo_aug.rollout.dedup import NoDedup
 
 
@@ -17,6 +18,8 @@ class RolloutSettings:
     top_p: float = 0.95
     max_new_tokens: int = 32
     dedup: NoDedup = field(default_factory=NoDedup)
+    hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
+    hint_template: str = "{question} {hint}"
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -32,6 +35,25 @@ class RolloutSettings:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         self.dedup.check_group_size(self.group_size)
+        object.__setattr__(self, "hints", tuple(self.hints))
+        if "{question}" not in self.hint_template or "{hint}" not in self.hint_template:
+            raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, got {self.hint_template!r}")
+
+    def row_prompts(self, batch: Sequence[Prompt]) -> list[str]:
+        """B * G rollout prompts: slot g of each group carries hint g % len(hints), if any.
+
+        The hint goes into the question inside the formatted prompt; the reward still judges
+        against the original record.
+        """
+        rows = []
+        for p in batch:
+            for g in range(self.group_size):
+                if not self.hints:
+                    rows.append(p.prompt)
+                    continue
+                hinted = self.hint_template.format(question=p.question, hint=self.hints[g % len(self.hints)])
+                rows.append(p.prompt.replace(p.question, hinted, 1))
+        return rows
 
     def row_temperatures(self, num_prompts: int) -> torch.Tensor:
         """[B * G]: row g of every group samples at temperatures[g % len(temperatures)]."""
