@@ -12,6 +12,11 @@ HEALTH = [
     "health/kl_mean",
     "health/completion_length_mean",
     "train/loss",
+    "rollout/unique_ratio",
+    "rollout/groups_dropped_frac",
+    "rollout/zero_std_frac",
+    "rollout/reward_by_temperature/0.7",
+    "rollout/reward_by_temperature/1",
 ]
 
 

@@ -55,6 +55,7 @@ def test_health_values_by_hand():
         "kl_mean": torch.tensor(0.25),
         "distinct": torch.tensor([[True, True, False, True], [True, False, False, False]]),
         "valid": torch.tensor([[True, True, False, True], [False, False, False, False]]),
+        "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5, 0.7, 1.5, 0.7, 1.5]),
     }
     v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
     assert v["health/reward_mean"] == 5 / 8
@@ -64,3 +65,6 @@ def test_health_values_by_hand():
     assert v["health/completion_length_mean"] == 5.0
     assert v["rollout/unique_ratio"] == 4 / 8
     assert v["rollout/groups_dropped_frac"] == 1 / 2
+    assert v["rollout/zero_std_frac"] == 1 / 2  # the all-ones group
+    assert v["rollout/reward_by_temperature/0.7"] == 3 / 4  # rows 0, 2 of group 0 and 1: 1, 0, 1, 1
+    assert v["rollout/reward_by_temperature/1.5"] == 2 / 4  # rows 1, 3: 0, 0, 1, 1

@@ -7,6 +7,8 @@ health/kl_mean                   mean k3 KL to the reference per loss token (spi
 health/completion_length_mean    generated tokens per completion, EOS included
 rollout/unique_ratio             completions that are not near-copies of another in their group
 rollout/groups_dropped_frac      groups dropped for having too few distinct completions
+rollout/zero_std_frac            groups whose rewards are all equal (no signal at all)
+rollout/reward_by_temperature/T  mean reward of the rows sampled at temperature T
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
     lengths = outputs["lengths"].float()  # [B*G]
     generated = lengths.sum()
     one = torch.ones((), device=rewards.device)
-    return {
+    values = {
         "health/reward_mean": (rewards.mean(), one * rewards.numel()),
         "health/reward_std": (rewards.std(dim=1).mean(), one * rewards.shape[0]),
         "health/effective_token_ratio": (outputs["loss_tokens"].float() / generated.clamp(min=1), generated),
@@ -32,7 +34,14 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
         "health/completion_length_mean": (lengths.mean(), one * lengths.numel()),
         "rollout/unique_ratio": (outputs["distinct"].float().mean(), one * rewards.numel()),
         "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), one * rewards.shape[0]),
+        "rollout/zero_std_frac": ((rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean(),
+                                  one * rewards.shape[0]),
     }
+    temperatures = outputs["temperatures"].reshape(rewards.shape)  # [B, G]
+    for t in temperatures[0].unique().tolist():  # every group uses the same ladder
+        rung = temperatures == t
+        values[f"rollout/reward_by_temperature/{t:g}"] = (rewards[rung].mean(), one * rung.sum())
+    return values
 
 
 class SampleHealth(L.Callback):
@@ -46,6 +55,7 @@ class SampleHealth(L.Callback):
         "health/completion_length_mean",
         "rollout/unique_ratio",
         "rollout/groups_dropped_frac",
+        "rollout/zero_std_frac",
     )
 
     def __init__(self, every_n_steps: int = 100) -> None:
@@ -60,6 +70,8 @@ class SampleHealth(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         for name, (value, weight) in health_values(outputs).items():
+            if name not in self.metrics:  # one per temperature rung, created on first sight
+                self.metrics[name] = MeanMetric().to(pl_module.device)
             self.metrics[name].update(value.detach(), weight)
         if trainer.global_step % self.every_n_steps == 0:
             # compute() all-reduces across ranks, so every rank must reach this line

@@ -123,6 +123,7 @@ class GRPOModule(L.LightningModule):
             "rewards": rewards.detach(),  # [B, G]
             "distinct": distinct,  # [B, G] not a near-copy of an earlier row
             "valid": valid,  # [B, G] counted in loss and group statistics
+            "temperatures": ro.temperatures,  # [B*G] each row's sampling temperature
             "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row, EOS included
             "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
             "kl_mean": stats["kl_mean"],
