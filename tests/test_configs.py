@@ -19,6 +19,7 @@ from grpo_aug.data.datamodule import PromptDataModule
         ["logger=csv"],
         ["debug=fast"],
         ["rollout/dedup=ngram"],
+        ["callbacks=[default,adaptive_temperature]"],
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):

@@ -35,6 +35,18 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert (run / "policy" / "model.safetensors").is_file()
 
 
+def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
+    overrides = ["debug=fast", *TINY, "rollout.temperatures=[0.0]", "callbacks=[default,adaptive_temperature]",
+                 "callbacks.adaptive_temperature.window=1", "callbacks.adaptive_temperature.patience=1",
+                 "callbacks.adaptive_temperature.floor=0.0"]
+    result = run_train(tmp_path, overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    scalars = read_scalars(tmp_path / "run")
+    assert scalars["health/reward_std"][0][1] == 0.0  # all rows greedy: identical, no spread
+    tops = [v for _, v in scalars["rollout/temperature_max"]]
+    assert tops[0] == pytest.approx(0.3) and tops == sorted(tops) and tops[-1] > tops[0]
+
+
 @pytest.mark.parametrize(
     "override, key",
     [

@@ -38,6 +38,10 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
     algo = instantiate(cfg.algo)
     rewards = list(instantiate(cfg.reward.functions, _convert_="all"))
     schedule = instantiate(cfg.curriculum)
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    for callback in callbacks:
+        if hasattr(callback, "check_rollout"):
+            callback.check_rollout(rollout)
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps)
     datamodule.setup("fit")
 
@@ -52,7 +56,6 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         eval_max_new_tokens=cfg.model.get("eval_max_new_tokens"),
         lr_warmup_steps=cfg.model.get("lr_warmup_steps", 0),
     )
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return trainer, module, datamodule
