@@ -55,6 +55,7 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         dtype=cfg.model.dtype,
         eval_max_new_tokens=cfg.model.get("eval_max_new_tokens"),
         lr_warmup_steps=cfg.model.get("lr_warmup_steps", 0),
+        prompt_pool=datamodule.draw_prompts,
     )
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

@@ -7,16 +7,47 @@ from grpo_aug.callbacks import health_values
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.rewards import MathReward, RewardFunction
+from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
 
+EASY = [r for r in SyntheticArithmetic(size_per_bucket=40, seed=0).load() if r.bucket == "easy"]
 
-def _module(path):
+
+class Pool:
+    """A scripted prompt pool that records what the refill asked for."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, bucket, n, step, round_, used):
+        self.calls.append((bucket, n, round_))
+        fresh = [p for p in EASY if p.id not in used]
+        return fresh[:n]
+
+
+class ById:
+    """Reward by prompt: 'informative' prompts alternate 0/1 over their rows, others always 0."""
+
+    name = "by_id"
+
+    def __init__(self, informative_ids):
+        self.informative_ids = set(informative_ids)
+        self.count = 0
+
+    def __call__(self, prompt, completion):
+        self.count += 1
+        return float(prompt.id in self.informative_ids and self.count % 2 == 0)
+
+
+def _module(path, reward=None, group_filter=None, pool=None):
     m = GRPOModule(
         name_or_path=str(path),
         optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-        rewards=[RewardFunction(MathReward())],
-        rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=6),
+        rewards=[RewardFunction(reward or MathReward())],
+        rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=6,
+                                filter=group_filter or GroupFilter()),
         algo=LossSettings(),
+        prompt_pool=pool,
     )
     m.configure_model()
     return m
@@ -56,6 +87,8 @@ def test_health_values_by_hand():
         "distinct": torch.tensor([[True, True, False, True], [True, False, False, False]]),
         "valid": torch.tensor([[True, True, False, True], [False, False, False, False]]),
         "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5, 0.7, 1.5, 0.7, 1.5]),
+        "refill_rounds": torch.tensor(2.0),
+        "refill_exhausted": torch.tensor(1.0),
     }
     v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
     assert v["health/reward_mean"] == 5 / 8
@@ -68,3 +101,37 @@ def test_health_values_by_hand():
     assert v["rollout/zero_std_frac"] == 1 / 2  # the all-ones group
     assert v["rollout/reward_by_temperature/0.7"] == 3 / 4  # rows 0, 2 of group 0 and 1: 1, 0, 1, 1
     assert v["rollout/reward_by_temperature/1.5"] == 2 / 4  # rows 1, 3: 0, 0, 1, 1
+    assert (v["rollout/refill_rounds"], v["rollout/refill_exhausted"]) == (2.0, 1.0)
+
+
+def test_refill_stops_at_max_rounds_and_flags_exhaustion(tiny_model_dir):
+    pool = Pool()
+    m = _module(tiny_model_dir, reward=ById([]), group_filter=GroupFilter(True, True, max_rounds=2), pool=pool)
+    out = m.training_step(EASY[:3], 0)
+    assert [(b, n) for b, n, _ in pool.calls] == [("easy", 3), ("easy", 3)]  # every group stayed flat
+    assert out["refill_rounds"].item() == 2 and out["refill_exhausted"].item() == 1
+    assert out["rewards"].shape == (9, 4)  # all sampled groups are reported
+    assert not out["valid"].any() and out["loss_tokens"].item() == 0
+    assert out["loss"].item() == 0 and out["loss"].requires_grad
+
+
+def test_refill_collects_informative_groups_from_fresh_prompts(tiny_model_dir):
+    pool = Pool()
+    batch = EASY[:3]
+    fresh = [p for p in EASY if p.id not in {q.id for q in batch}]
+    # one batch prompt and the first two fresh ones are informative: one refill round suffices
+    reward = ById([batch[0].id, fresh[0].id, fresh[1].id])
+    m = _module(tiny_model_dir, reward=reward, group_filter=GroupFilter(True, True, max_rounds=3), pool=pool)
+    out = m.training_step(batch, 0)
+    assert [(n, r) for _, n, r in pool.calls] == [(2, 1)]
+    assert out["refill_rounds"].item() == 1 and out["refill_exhausted"].item() == 0
+    assert out["valid"].any(dim=1).tolist() == [True, False, False, True, True]
+    assert out["loss_tokens"].item() > 0 and torch.isfinite(out["loss"])
+
+
+def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_model_dir):
+    batch = EASY[:3]
+    m = _module(tiny_model_dir, reward=ById([batch[1].id]), group_filter=GroupFilter(zero_std=True))
+    out = m.training_step(batch, 0)
+    assert out["valid"].any(dim=1).tolist() == [False, True, False]
+    assert out["refill_rounds"].item() == 0 and out["refill_exhausted"].item() == 0

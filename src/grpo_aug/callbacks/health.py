@@ -6,7 +6,10 @@ health/effective_token_ratio     tokens that carry loss / generated tokens (mask
 health/kl_mean                   mean k3 KL to the reference per loss token (spike: policy runs away)
 health/completion_length_mean    generated tokens per completion, EOS included
 rollout/unique_ratio             completions that are not near-copies of another in their group
-rollout/groups_dropped_frac      groups dropped for having too few distinct completions
+rollout/groups_dropped_frac      groups left out of the update: too few distinct completions, or no spread
+                                 under rollout.filter.zero_std
+rollout/refill_rounds            extra rollout rounds the zero-std refill needed
+rollout/refill_exhausted         steps that ended their refill rounds short of data.batch_size groups
 rollout/zero_std_frac            groups whose rewards are all equal (no signal at all)
 rollout/reward_by_temperature/T  mean reward of the rows sampled at temperature T
 """
@@ -37,6 +40,8 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
         "rollout/zero_std_frac": ((rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean(),
                                   one * rewards.shape[0]),
     }
+    for name in ("refill_rounds", "refill_exhausted"):
+        values[f"rollout/{name}"] = (outputs[name], one)
     temperatures = outputs["temperatures"].reshape(rewards.shape)  # [B, G]
     for t in temperatures[0].unique().tolist():  # every group uses the same ladder
         rung = temperatures == t
@@ -56,6 +61,8 @@ class SampleHealth(L.Callback):
         "rollout/unique_ratio",
         "rollout/groups_dropped_frac",
         "rollout/zero_std_frac",
+        "rollout/refill_rounds",
+        "rollout/refill_exhausted",
     )
 
     def __init__(self, every_n_steps: int = 100) -> None:

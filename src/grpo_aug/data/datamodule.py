@@ -92,6 +92,12 @@ class PromptDataModule(L.LightningDataModule):
         sampler = self.make_sampler(start, rank, self._world_size())
         return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
 
+    def draw_prompts(self, bucket: str, n: int, step: int, round_: int, used: set[str]) -> list[Prompt]:
+        """Up to n training prompts of `bucket` not in `used`, deterministic by (seed, step, round, rank)."""
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        pool = [r for r in self.train_records if r.bucket == bucket and r.id not in used]
+        return random.Random(f"{self.seed}-refill-{step}-{round_}-{rank}").sample(pool, min(n, len(pool)))
+
     def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
         return batch  # prompt records are text; the rollout tokenises them on the model's device
 

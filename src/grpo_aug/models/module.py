@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import lightning as L
 import torch
@@ -15,9 +16,35 @@ from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.rewards import MathReward, RewardFunction, score_completions
 from grpo_aug.rollout import Rollout, generate
+from grpo_aug.rollout.filter import informative_groups
+from grpo_aug.rollout.merge import concat_rollouts, select_rows
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
+
+
+class SampledGroups(NamedTuple):
+    prompts: list[Prompt]
+    rollout: Rollout  # [n*G] rows
+    rewards: torch.Tensor  # [n, G]
+    parts: dict[str, torch.Tensor]  # per reward function, [n, G]
+    distinct: torch.Tensor  # [n, G]
+    valid: torch.Tensor  # [n, G]
+    informative: torch.Tensor  # [n] groups whose counted rewards differ
+
+
+def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
+    if len(rounds) == 1:
+        return rounds[0]
+    return SampledGroups(
+        prompts=[p for r in rounds for p in r.prompts],
+        rollout=concat_rollouts([r.rollout for r in rounds], pad_id),
+        rewards=torch.cat([r.rewards for r in rounds]),
+        parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
+        distinct=torch.cat([r.distinct for r in rounds]),
+        valid=torch.cat([r.valid for r in rounds]),
+        informative=torch.cat([r.informative for r in rounds]),
+    )
 
 
 class GRPOModule(L.LightningModule):
@@ -31,9 +58,10 @@ class GRPOModule(L.LightningModule):
         dtype: str = "float32",
         eval_max_new_tokens: int | None = None,
         lr_warmup_steps: int = 0,
+        prompt_pool: Callable[[str, int, int, int, set[str]], list[Prompt]] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "rewards", "rollout", "algo"])
+        self.save_hyperparameters(ignore=["optimizer", "rewards", "rollout", "algo", "prompt_pool"])
         self.name_or_path = str(name_or_path)
         self.optimizer_factory = optimizer
         self.reward_functions = list(rewards)
@@ -42,6 +70,9 @@ class GRPOModule(L.LightningModule):
         self.dtype_name = dtype
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
         self.lr_warmup_steps = lr_warmup_steps
+        if rollout.filter.refill and prompt_pool is None:
+            raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
+        self.prompt_pool = prompt_pool  # (bucket, n, step, round, used ids) -> fresh prompts
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
         self.policy: torch.nn.Module | None = None
         # a list hides the reference from nn.Module registration: it is not trained, not in the
@@ -76,58 +107,91 @@ class GRPOModule(L.LightningModule):
 
     # -- one GRPO step ---------------------------------------------------------------------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
-        B, G = len(batch), self.rollout_settings.group_size
-        s, a = self.rollout_settings, self.loss_settings
+        s, G = self.rollout_settings, self.rollout_settings.group_size
 
-        # 1. G rows per prompt, row g at temperature slot g (and hint slot g, if hints are set)
-        temperatures = s.row_temperatures(B)  # [B*G]
-        rows = s.row_prompts(batch)
+        # 1. sample: one batched rollout of B x G rows, rewards, near-copy marks
+        rounds = [self._sample_round(batch)]
 
-        # 2. one batched rollout for all B*G rows
-        ro = generate(self.policy, self.tokenizer, rows, temperatures, s.top_p, s.max_new_tokens)
+        # 2. optionally leave out groups with no reward spread, refilling from the same bucket
+        informative = rounds[0].informative  # [B]
+        while s.filter.refill and int(informative.sum()) < len(batch) and len(rounds) <= s.filter.max_rounds:
+            used = {p.id for r in rounds for p in r.prompts}
+            extra = self.prompt_pool(batch[0].bucket, len(batch) - int(informative.sum()), self.global_step,
+                                     len(rounds), used)
+            if not extra:
+                break
+            rounds.append(self._sample_round(extra))
+            informative = torch.cat([r.informative for r in rounds])
+        sampled = merge_rounds(rounds, self.tokenizer.pad_token_id)
+        keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]
+        valid = sampled.valid & keep[:, None]  # [N, G]
+        groups = keep.nonzero().squeeze(1)  # the groups that enter the update
+        B = len(groups)
+        rows = (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)  # [B*G]
+        ro = sampled.rollout if B == len(keep) else select_rows(sampled.rollout, rows)
+
+        # 3-5. reference and policy log-probs, group advantages, the clipped loss
+        if B > 0:
+            loss, stats, loss_tokens = self._loss(ro, sampled.rewards[groups], valid[groups])
+        else:  # nothing informative: a zero loss that still touches every weight (DDP needs it)
+            loss = 0.0 * sum(p.sum() for p in self.policy.parameters())
+            stats = {"kl_mean": loss.detach(), "clip_frac": loss.detach()}
+            loss_tokens = loss.detach()
+        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/reward", sampled.rewards.mean(), prog_bar=True)
+        self.log("train/clip_frac", stats["clip_frac"])
+        for name, scores in sampled.parts.items():
+            self.log(f"reward/{name}/mean", scores.mean())
+
+        # 6. loss and plain tensors for the health callback: everything sampled, not only what trained
+        return {
+            "loss": loss,
+            "rewards": sampled.rewards,  # [N, G] all sampled groups, refills included
+            "distinct": sampled.distinct,  # [N, G] not a near-copy of an earlier row
+            "valid": valid,  # [N, G] counted in loss and group statistics
+            "temperatures": sampled.rollout.temperatures,  # [N*G] each row's sampling temperature
+            "lengths": sampled.rollout.completion_mask.sum(dim=1),  # [N*G] generated tokens, EOS included
+            "loss_tokens": loss_tokens,  # tokens that carry loss after every mask
+            "kl_mean": stats["kl_mean"],
+            "refill_rounds": torch.tensor(float(len(rounds) - 1), device=self.device),
+            "refill_exhausted": torch.tensor(float(s.filter.refill and int(informative.sum()) < len(batch)),
+                                             device=self.device),
+        }
+
+    def _loss(self, ro: Rollout, rewards: torch.Tensor, valid: torch.Tensor):
+        B, G = rewards.shape
         T = ro.completion_mask.shape[1]
+        a = self.loss_settings
 
         # 3. reference log-probs, no graph
         with torch.no_grad():
             ref_logps = self._logprobs(self.reference, ro)  # [B*G, T]
 
-        # 4. rewards per completion
-        completions = [ro.texts[b * G : (b + 1) * G] for b in range(B)]
-        rewards, parts = score_completions(self.reward_functions, batch, completions)  # [B, G]
-        rewards = rewards.to(self.device)
-
-        # 5. near-copies, and whole groups with too few distinct rows, leave loss and statistics
-        distinct = s.dedup(completions).to(self.device)  # [B, G]
-        valid = distinct & s.dedup.groups_kept(distinct)[:, None]  # [B, G]
-
-        # 6. policy log-probs with grad; one update per rollout, so the rollout policy is this one
+        # 4. policy log-probs with grad; one update per rollout, so the rollout policy is this one
         logps = self._logprobs(self.policy, ro)  # [B*G, T]
         old_logps = logps.detach()
 
-        # 7. group advantages and the clipped loss
+        # 5. group advantages and the clipped loss
         advantages = group_advantages(rewards, valid, adv_clip=a.adv_clip)  # [B, G]
         mask = ro.completion_mask.view(B, G, T) * valid[..., None]  # [B, G, T]
         loss, stats = policy_loss(
             logps.view(B, G, T), ref_logps.view(B, G, T), old_logps.view(B, G, T), advantages, mask,
             beta=a.beta, clip_eps=a.clip_eps,
         )
-        self.log("train/loss", loss.detach(), prog_bar=True)
-        self.log("train/reward", rewards.mean(), prog_bar=True)
-        self.log("train/clip_frac", stats["clip_frac"])
-        for name, scores in parts.items():
-            self.log(f"reward/{name}/mean", scores.mean())
+        return loss, stats, mask.sum()
 
-        # 8. loss and plain tensors for the health callback
-        return {
-            "loss": loss,
-            "rewards": rewards.detach(),  # [B, G]
-            "distinct": distinct,  # [B, G] not a near-copy of an earlier row
-            "valid": valid,  # [B, G] counted in loss and group statistics
-            "temperatures": ro.temperatures,  # [B*G] each row's sampling temperature
-            "lengths": ro.completion_mask.sum(dim=1),  # [B*G] generated tokens per row, EOS included
-            "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
-            "kl_mean": stats["kl_mean"],
-        }
+    def _sample_round(self, prompts: list[Prompt]) -> SampledGroups:
+        """Roll out G rows for each prompt in one batched call; score and dedup them."""
+        s, G = self.rollout_settings, self.rollout_settings.group_size
+        temperatures = s.row_temperatures(len(prompts))  # [n*G] row g at temperature slot g
+        ro = generate(self.policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens)
+        completions = [ro.texts[b * G : (b + 1) * G] for b in range(len(prompts))]
+        rewards, parts = score_completions(self.reward_functions, prompts, completions)  # [n, G]
+        distinct = s.dedup(completions).to(self.device)  # [n, G]
+        # near-copies, and whole groups with too few distinct rows, leave loss and statistics
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None]  # [n, G]
+        rewards = rewards.to(self.device)
+        return SampledGroups(prompts, ro, rewards, parts, distinct, valid, informative_groups(rewards, valid))
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
         return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)

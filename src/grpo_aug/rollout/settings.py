@@ -9,6 +9,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.rollout.dedup import NoDedup
+from grpo_aug.rollout.filter import GroupFilter
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class RolloutSettings:
     top_p: float = 0.95
     max_new_tokens: int = 32
     dedup: NoDedup = field(default_factory=NoDedup)
+    filter: GroupFilter = field(default_factory=GroupFilter)
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
 

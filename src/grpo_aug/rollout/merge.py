@@ -1,0 +1,47 @@
+"""Concatenate rollouts of different shapes and select rows, keeping the padding conventions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from grpo_aug.rollout.types import Rollout
+
+
+def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
+    """Rows of all parts; prompts re-left-padded to the longest P, completions right-padded to T."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(r.prompt_len for r in parts)
+    T = max(r.completion_mask.shape[1] for r in parts)
+    ids, attn, cmask = [], [], []
+    for r in parts:
+        n, t = r.completion_mask.shape
+        left, right = P - r.prompt_len, T - t
+        ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))  # [n, P + T]
+        attn.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
+        cmask.append(torch.nn.functional.pad(r.completion_mask, (0, right), value=0))  # [n, T]
+    return Rollout(
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(attn),
+        completion_mask=torch.cat(cmask),
+        temperatures=torch.cat([r.temperatures for r in parts]),
+        prompt_len=P,
+        texts=[t for r in parts for t in r.texts],
+        truncated=torch.cat([r.truncated for r in parts]),
+    )
+
+
+def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
+    """The rollout restricted to `rows` (a 1-D index tensor), in that order."""
+    index = rows.tolist()
+    return Rollout(
+        input_ids=ro.input_ids[rows],
+        attention_mask=ro.attention_mask[rows],
+        completion_mask=ro.completion_mask[rows],
+        temperatures=ro.temperatures[rows],
+        prompt_len=ro.prompt_len,
+        texts=[ro.texts[i] for i in index],
+        truncated=ro.truncated[rows],
+    )
