@@ -58,9 +58,11 @@ def generate(
     was_training = model.training
     model.eval()  # dropout off while sampling
     cache = DynamicCache()
-    attn = prompt_mask
-    position = (attn.cumsum(-1) - 1).clamp(min=0)  # [N, P] left padding shifts positions
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, cache=cache, use_cache=True)
+    # allocated once; step t attends to the first P + t columns (a view, no copy per token)
+    attn = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(n, max_new_tokens)], dim=1)
+    position = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [N, P] left padding shifts positions
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position, cache=cache,
+                use_cache=True, logits_to_keep=1)  # only the last position's logits are needed
     logits = out.logits[:, -1].float()  # [N, V]
     position = position[:, -1:]  # [N, 1]
     finished = torch.zeros(n, dtype=torch.bool, device=device)
@@ -74,9 +76,8 @@ def generate(
         # one host sync per token; it lets the loop end early, which pays for itself
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)  # [N, P + t + 1]
         position = position + 1
-        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=position,
+        out = model(input_ids=token[:, None], attention_mask=attn[:, : p + step + 1], position_ids=position,
                     cache=cache, use_cache=True)
         logits = out.logits[:, -1].float()
     model.train(was_training)
