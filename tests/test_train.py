@@ -47,6 +47,19 @@ def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
     assert tops[0] == pytest.approx(0.3) and tops == sorted(tops) and tops[-1] > tops[0]
 
 
+def test_resume_from_last_checkpoint_continues_at_the_saved_step(tmp_path):
+    first = run_train(tmp_path / "a", ["debug=fast", *TINY])
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckpt = tmp_path / "a" / "run" / "checkpoints" / "last.ckpt"
+    second = run_train(tmp_path / "b", ["debug=fast", *TINY, f"ckpt_path={ckpt}", "trainer.max_steps=6"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    scalars = read_scalars(tmp_path / "b" / "run")
+    assert [step for step, _ in scalars["health/reward_mean"]] == [5, 6]
+    assert [step for step, _ in scalars["eval/accuracy/easy"]] == [6]  # no fresh-policy baseline on resume
+    last = torch.load(tmp_path / "b" / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 6
+
+
 @pytest.mark.parametrize(
     "override, key",
     [

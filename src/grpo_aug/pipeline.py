@@ -65,7 +65,7 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
 def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     trainer, module, datamodule = build(cfg)
-    if cfg.get("validate_before_training", True):
+    if cfg.get("validate_before_training", True) and cfg.get("ckpt_path") is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
