@@ -14,6 +14,7 @@ import logging
 import statistics
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,9 @@ class AdaptiveTemperature(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         rewards = outputs["rewards"]  # [B, G]
-        change = self.observe(rewards.std(dim=1).mean().item(), rewards.mean().item())
+        # averaged over ranks so that every rank takes the same decision and keeps the same ladder
+        stats = trainer.strategy.reduce(torch.stack([rewards.std(dim=1).mean(), rewards.mean()]), reduce_op="mean")
+        change = self.observe(stats[0].item(), stats[1].item())
         if change is not None:
             self._apply(pl_module)
             message = f"step {trainer.global_step}: {change}; ladder now {self.ladder}"
