@@ -28,7 +28,3 @@ def group_advantages(
     adv = adv.clamp(-adv_clip, adv_clip)
     return torch.where(valid & (n >= 2), adv, torch.zeros_like(adv))  # [B, G]
 
-
-def group_reward_std(rewards: torch.Tensor) -> torch.Tensor:
-    """Within-group reward std per group, [B, G] -> [B] (unbiased, as the advantage uses)."""
-    return rewards.std(dim=1)
