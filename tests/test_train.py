@@ -47,6 +47,14 @@ def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
     assert tops[0] == pytest.approx(0.3) and tops == sorted(tops) and tops[-1] > tops[0]
 
 
+def test_hf_model_from_a_saved_directory(tmp_path, tiny_model_dir):
+    """model=hf loads any local save_pretrained directory, the path real models take."""
+    result = run_train(tmp_path, ["debug=fast", "model=hf", f"model.name_or_path={tiny_model_dir}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all_finite(read_scalars(tmp_path / "run")["health/reward_mean"])
+    assert not (tmp_path / "cache").exists()  # nothing built: the given model was used as is
+
+
 def test_resume_from_last_checkpoint_continues_at_the_saved_step(tmp_path):
     first = run_train(tmp_path / "a", ["debug=fast", *TINY])
     assert first.returncode == 0, first.stderr[-3000:]
