@@ -12,6 +12,7 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.warmup import supervised_warmup
 
@@ -53,8 +54,8 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         rollout=rollout,
         algo=algo,
         dtype=cfg.model.dtype,
-        eval_max_new_tokens=cfg.model.get("eval_max_new_tokens"),
-        lr_warmup_steps=cfg.model.get("lr_warmup_steps", 0),
+        eval_max_new_tokens=cfg.model.eval_max_new_tokens,
+        lr_warmup_steps=cfg.model.lr_warmup_steps,
         prompt_pool=datamodule.draw_prompts,
     )
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
@@ -71,9 +72,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
     trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
     if trainer.is_global_zero:
-        out = Path(cfg.paths.output_dir) / "policy"
-        module.policy.save_pretrained(out)
-        module.tokenizer.save_pretrained(out)
+        out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy")
         log.info("final policy saved to %s", out)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     return {**metrics, **module.last_eval}

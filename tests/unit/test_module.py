@@ -1,5 +1,7 @@
 import functools
 
+import pytest
+
 import torch
 
 from grpo_aug.algo.settings import LossSettings
@@ -135,3 +137,40 @@ def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_mode
     out = m.training_step(batch, 0)
     assert out["valid"].any(dim=1).tolist() == [False, True, False]
     assert out["refill_rounds"].item() == 0 and out["refill_exhausted"].item() == 0
+
+
+def test_health_callback_logs_weighted_means_per_interval_and_drops_vanished_rungs():
+    from types import SimpleNamespace
+
+    from grpo_aug.callbacks import SampleHealth
+
+    class Recorder:
+        def __init__(self):
+            self.logged = []
+
+        def log_metrics(self, values, step):
+            self.logged.append((step, values))
+
+    def outputs(rewards, temps):
+        r = torch.tensor(rewards)
+        return {"rewards": r, "lengths": torch.full((r.numel(),), 4), "loss_tokens": torch.tensor(8.0),
+                "kl_mean": torch.tensor(0.0), "distinct": torch.ones_like(r, dtype=torch.bool),
+                "valid": torch.ones_like(r, dtype=torch.bool), "temperatures": torch.tensor(temps),
+                "refill_rounds": torch.tensor(0.0), "refill_exhausted": torch.tensor(0.0)}
+
+    rec = Recorder()
+    cb = SampleHealth(every_n_steps=2)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    steps = [([[1.0, 0.0]], [0.7, 1.5]), ([[1.0, 1.0], [0.0, 0.0]], [0.7, 1.5, 0.7, 1.5]), ([[1.0, 0.0]], [0.7, 1.0])]
+    for step, (rewards, temps) in enumerate(steps, start=1):
+        cb.on_train_batch_end(SimpleNamespace(global_step=step, loggers=[rec]), module, outputs(rewards, temps), None, 0)
+    cb.on_train_batch_end(SimpleNamespace(global_step=4, loggers=[rec]), module, outputs([[0.0, 0.0]], [0.7, 1.0]), None, 0)
+    (s2, first), (s4, second) = rec.logged
+    # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
+    assert (s2, first["health/reward_mean"]) == (2, 0.5)
+    # rung 0.7: 1 (step 1), 1 and 0 (step 2); rung 1.5: 0, then 1 and 0
+    assert first["rollout/reward_by_temperature/0.7"] == pytest.approx(2 / 3)
+    assert first["rollout/reward_by_temperature/1.5"] == pytest.approx(1 / 3)
+    # steps 3-4: rung 1.5 was not sampled, so it is not logged (no NaN); rung 1.0 appears
+    assert s4 == 4 and "rollout/reward_by_temperature/1.5" not in second
+    assert second["rollout/reward_by_temperature/0.7"] == 0.5 and second["rollout/reward_by_temperature/1"] == 0.0

@@ -52,38 +52,26 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
 class SampleHealth(L.Callback):
     """Logs the health metrics every `every_n_steps` optimizer steps (weighted means in between)."""
 
-    NAMES = (
-        "health/reward_mean",
-        "health/reward_std",
-        "health/effective_token_ratio",
-        "health/kl_mean",
-        "health/completion_length_mean",
-        "rollout/unique_ratio",
-        "rollout/groups_dropped_frac",
-        "rollout/zero_std_frac",
-        "rollout/refill_rounds",
-        "rollout/refill_exhausted",
-    )
-
     def __init__(self, every_n_steps: int = 100) -> None:
         if every_n_steps < 1:
             raise ValueError(f"callbacks.health.every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
-        self.metrics = {name: MeanMetric() for name in self.NAMES}
-
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        for m in self.metrics.values():
-            m.to(pl_module.device)
+        # created on first sight (one per name health_values returns, rungs included); every rank
+        # sees the same names, so compute() syncs them in the same order everywhere
+        self.metrics: dict[str, MeanMetric] = {}
+        self.updated: set[str] = set()  # since the last log point; a removed rung drops out
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         for name, (value, weight) in health_values(outputs).items():
-            if name not in self.metrics:  # one per temperature rung, created on first sight
+            if name not in self.metrics:
                 self.metrics[name] = MeanMetric().to(pl_module.device)
             self.metrics[name].update(value.detach(), weight)
+            self.updated.add(name)
         if trainer.global_step % self.every_n_steps == 0:
             # compute() all-reduces across ranks, so every rank must reach this line
-            values = {name: m.compute().item() for name, m in self.metrics.items()}
-            for m in self.metrics.values():
-                m.reset()
+            values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
+            for name in self.updated:
+                self.metrics[name].reset()
+            self.updated.clear()
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)

@@ -11,8 +11,6 @@ from grpo_aug.rollout.types import Rollout
 
 def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
     """Rows of all parts; prompts re-left-padded to the longest P, completions right-padded to T."""
-    if len(parts) == 1:
-        return parts[0]
     P = max(r.prompt_len for r in parts)
     T = max(r.completion_mask.shape[1] for r in parts)
     ids, attn, cmask = [], [], []
