@@ -36,21 +36,22 @@ def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> 
 def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule]:
     # settings first: a bad value fails here, before any data or model is loaded
     rollout = instantiate(cfg.rollout)
-    algo = instantiate(cfg.algo)
-    rewards = list(instantiate(cfg.reward.functions, _convert_="all"))
+    algo = instantiate(cfg.algo, _convert_="all")
+    reward = instantiate(cfg.reward, _convert_="all")
     schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     for callback in callbacks:
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
-    datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps)
+    datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
+                             updates_per_batch=algo.updates_per_rollout)
     datamodule.setup("fit")
 
     model_path = prepare_model(cfg.model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
     module = GRPOModule(
         name_or_path=model_path,
         optimizer=instantiate(cfg.model.optimizer),
-        rewards=rewards,
+        reward=reward,
         rollout=rollout,
         algo=algo,
         dtype=cfg.model.dtype,

@@ -1,16 +1,22 @@
-"""The clipped GRPO objective with a k3 KL penalty to the reference model."""
+"""The clipped GRPO objective with a KL penalty to the reference model."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
 from grpo_aug.algo.advantages import group_advantages
+from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.kl import k3_kl
 
 # Log-ratios (policy vs rollout policy, reference vs policy) are clamped to +-20 before exp:
 # e^20 ~ 4.9e8 is finite in float32 with room for the products that follow, and a token whose
 # probability moved by e^20 is already clipped by the PPO ratio clip (eps ~ 0.2) anyway.
 LOG_RATIO_BOUND = 20.0
+
+KLFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+Aggregate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def policy_loss(
@@ -20,33 +26,41 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     beta: float = 0.04,
-    clip_eps: float = 0.2,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    kl: KLFn = k3_kl,
+    aggregate: Aggregate = RowMean(),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate minus beta * k3 KL; per-row masked token mean, then mean over rows.
+    """-(clipped surrogate - beta * KL), aggregated over masked tokens; plus detached stats.
 
-    logps/ref_logps/old_logps/mask: [B, G, T]; advantages: [B, G]. Returns the scalar loss and
-    detached stats. A row whose mask is all zero contributes exactly 0 (its mean is 0/1).
+    logps/ref_logps/old_logps/mask: [..., T]; advantages: [...] (one per row). The ratio is
+    clipped to [1 - clip_eps_low, 1 + clip_eps_high] (DAPO's clip-higher when high > low).
     """
+    T = logps.shape[-1]
     mask = mask.to(logps.dtype)
-    log_ratio = (logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, G, T]
-    ratio = torch.exp(log_ratio)  # [B, G, T]
-    adv = advantages.unsqueeze(-1)  # [B, G, 1]
-    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
-    pg = torch.min(ratio * adv, clipped * adv)  # [B, G, T]
-    kl = k3_kl(logps, ref_logps, LOG_RATIO_BOUND)  # [B, G, T]
-    per_token = (pg - beta * kl) * mask  # [B, G, T]
-    tokens = mask.sum(dim=-1)  # [B, G]
-    per_row = per_token.sum(dim=-1) / tokens.clamp(min=1.0)  # [B, G]
-    loss = -per_row.mean()
+    log_ratio = (logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [..., T]
+    ratio = torch.exp(log_ratio)  # [..., T]
+    adv = advantages.unsqueeze(-1)  # [..., 1]
+    clipped = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
+    pg = torch.min(ratio * adv, clipped * adv)  # [..., T]
+    kl_tokens = kl(logps, ref_logps, LOG_RATIO_BOUND)  # [..., T]
+    per_token = pg - beta * kl_tokens  # [..., T]
+    loss = -aggregate(per_token.reshape(-1, T), mask.reshape(-1, T))
 
     with torch.no_grad():
+        on = mask > 0
         n = mask.sum().clamp(min=1.0)
-        low = (ratio < 1.0 - clip_eps) & (adv < 0)  # the min picked the clipped side
-        high = (ratio > 1.0 + clip_eps) & (adv > 0)
+        low = (ratio < 1.0 - clip_eps_low) & (adv < 0) & on  # the min picked the clipped side
+        high = (ratio > 1.0 + clip_eps_high) & (adv > 0) & on
+        zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
         stats = {
-            "kl_mean": (kl * mask).sum() / n,
-            "clip_frac": ((low | high).to(mask.dtype) * mask).sum() / n,
+            "kl_mean": (kl_tokens * mask).sum() / n,
+            "kl_max": torch.where(on, kl_tokens, zero).max() if on.any() else zero,
+            "clip_frac_low": low.sum() / n,
+            "clip_frac_high": high.sum() / n,
+            "clip_frac": (low | high).sum() / n,
             "ratio_mean": (ratio * mask).sum() / n,
+            "ratio_max": torch.where(on, ratio, zero).max() if on.any() else zero,
         }
     return loss, stats
 
@@ -61,9 +75,10 @@ def grpo_loss_with_stats(
     clip_eps: float = 0.2,
     adv_clip: float = 10.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """grpo_loss plus detached stats (kl_mean, clip_frac, ratio_mean, advantages)."""
+    """grpo_loss plus detached stats (kl_mean, clip fractions, ratio stats, advantages)."""
     adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
-    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps=clip_eps)
+    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
+                              clip_eps_high=clip_eps)
     stats["advantages"] = adv.detach()
     return loss, stats
 

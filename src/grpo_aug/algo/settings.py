@@ -1,20 +1,74 @@
-"""Validated loss settings."""
+"""Validated settings of the GRPO update (`algo`): clipping, KL, masks, updates per rollout."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_aug.algo.aggregate import RowMean
+from grpo_aug.algo.beta import ConstantBeta
+from grpo_aug.algo.kl import KL_ESTIMATORS
 
 
 @dataclass(frozen=True)
-class LossSettings:
-    beta: float = 0.04
-    clip_eps: float = 0.2
+class AlgoSettings:
+    loss: Any = field(default_factory=RowMean)  # an aggregation variant from algo/loss
+    beta: Any = field(default_factory=ConstantBeta)  # a KL-coefficient schedule from algo/beta
+    kl: str = "k3"
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
     adv_clip: float = 10.0
+    scale_by_std: bool = True
+    num_iterations: int = 1  # mu: optimizer passes over each rollout
+    minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
+    max_grad_norm: float | None = 1.0
+    mask_truncated: bool = False
+    overlong_buffer: int = 0  # DAPO soft overlong punishment over the last N tokens; 0 = off
+    overlong_penalty: float = 1.0
+    template_patterns: tuple[str, ...] = ()  # regexes of scaffolding text that carries no loss
+    repeat_ngram: int = 0  # token n-grams repeated more than repeat_max times carry no loss; 0 = off
+    repeat_max: int = 3
 
     def __post_init__(self) -> None:
-        if self.beta < 0:
-            raise ValueError(f"algo.beta must be >= 0, got {self.beta}")
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"algo.clip_eps must be in (0, 1), got {self.clip_eps}")
-        if self.adv_clip <= 0:
-            raise ValueError(f"algo.adv_clip must be > 0, got {self.adv_clip}")
+        if not callable(self.loss):
+            raise ValueError(f"algo.loss must be a variant from the algo/loss group (algo/loss=seed|token_mean|"
+                             f"constant_norm), got {self.loss!r}")
+        if not hasattr(self.beta, "observe"):
+            raise ValueError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
+                             f"relax, then e.g. algo.beta.value=0.04), got {self.beta!r}")
+        checks = [
+            (self.kl in KL_ESTIMATORS, f"algo.kl must be one of {sorted(KL_ESTIMATORS)}, got {self.kl!r}"),
+            (0 < self.clip_eps_low < 1, f"algo.clip_eps_low must be in (0, 1), got {self.clip_eps_low}"),
+            (self.clip_eps_high > 0, f"algo.clip_eps_high must be > 0, got {self.clip_eps_high}"),
+            (self.adv_clip > 0, f"algo.adv_clip must be > 0, got {self.adv_clip}"),
+            (self.num_iterations >= 1, f"algo.num_iterations must be >= 1, got {self.num_iterations}"),
+            (self.minibatches >= 1, f"algo.minibatches must be >= 1, got {self.minibatches}"),
+            (self.max_grad_norm is None or self.max_grad_norm > 0,
+             f"algo.max_grad_norm must be > 0 or null, got {self.max_grad_norm}"),
+            (self.overlong_buffer >= 0, f"algo.overlong_buffer must be >= 0, got {self.overlong_buffer}"),
+            (self.overlong_penalty >= 0, f"algo.overlong_penalty must be >= 0, got {self.overlong_penalty}"),
+            (self.repeat_ngram >= 0, f"algo.repeat_ngram must be >= 0, got {self.repeat_ngram}"),
+            (self.repeat_max >= 1, f"algo.repeat_max must be >= 1, got {self.repeat_max}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        object.__setattr__(self, "template_patterns", tuple(self.template_patterns))
+        for i, pattern in enumerate(self.template_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"algo.template_patterns[{i}] = {pattern!r} is not a valid regex: {err}") from err
+
+    @property
+    def updates_per_rollout(self) -> int:
+        return self.num_iterations * self.minibatches
+
+    @property
+    def kl_fn(self):
+        return KL_ESTIMATORS[self.kl]
+
+    @property
+    def compiled_templates(self) -> list[re.Pattern]:
+        return [re.compile(p) for p in self.template_patterns]

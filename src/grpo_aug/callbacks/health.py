@@ -60,6 +60,10 @@ class SampleHealth(L.Callback):
         # sees the same names, so compute() syncs them in the same order everywhere
         self.metrics: dict[str, MeanMetric] = {}
         self.updated: set[str] = set()  # since the last log point; a removed rung drops out
+        self.logged_window = 0  # global_step // every_n_steps at the last log point
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.logged_window = trainer.global_step // self.every_n_steps  # a resumed run continues its windows
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         for name, (value, weight) in health_values(outputs).items():
@@ -67,7 +71,10 @@ class SampleHealth(L.Callback):
                 self.metrics[name] = MeanMetric().to(pl_module.device)
             self.metrics[name].update(value.detach(), weight)
             self.updated.add(name)
-        if trainer.global_step % self.every_n_steps == 0:
+        # one batch can make several optimizer steps, so a window is closed when crossed, not hit
+        window = trainer.global_step // self.every_n_steps
+        if window > self.logged_window:
+            self.logged_window = window
             # compute() all-reduces across ranks, so every rank must reach this line
             values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
             for name in self.updated:

@@ -47,13 +47,17 @@ class PromptDataModule(L.LightningDataModule):
         heldout_per_bucket: int = 200,
         val_batch_size: int = 200,
         seed: int = 0,
+        updates_per_batch: int = 1,
     ) -> None:
+        """total_steps counts optimizer steps; each batch is rolled out once and trained on
+        `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
         self.source = source
         self.schedule = schedule
-        self.total_steps = total_steps
+        self.updates_per_batch = updates_per_batch
+        self.total_steps = -(-total_steps // updates_per_batch)  # batches, rounded up
         self.batch_size = batch_size
         self.heldout_per_bucket = heldout_per_bucket
         self.val_batch_size = val_batch_size
@@ -87,7 +91,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        start = trainer.global_step if trainer is not None else 0
+        start = trainer.global_step // self.updates_per_batch if trainer is not None else 0
         rank = trainer.global_rank if trainer is not None else 0
         sampler = self.make_sampler(start, rank, self._world_size())
         return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
@@ -97,9 +101,6 @@ class PromptDataModule(L.LightningDataModule):
         rank = self.trainer.global_rank if self.trainer is not None else 0
         pool = [r for r in self.train_records if r.bucket == bucket and r.id not in used]
         return random.Random(f"{self.seed}-refill-{step}-{round_}-{rank}").sample(pool, min(n, len(pool)))
-
-    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
-        return batch  # prompt records are text; the rollout tokenises them on the model's device
 
     def val_batches(self, rank: int = 0, world_size: int = 1) -> list[list[Prompt]]:
         """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ..."""

@@ -11,10 +11,11 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
-from grpo_aug.algo.settings import LossSettings
+from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
+from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
-from grpo_aug.rewards import MathReward, RewardFunction, score_completions
+from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate
 from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
@@ -26,10 +27,11 @@ log = logging.getLogger(__name__)
 class SampledGroups(NamedTuple):
     prompts: list[Prompt]
     rollout: Rollout  # [n*G] rows
-    rewards: torch.Tensor  # [n, G]
-    parts: dict[str, torch.Tensor]  # per reward function, [n, G]
+    rewards: torch.Tensor  # [n, G] total reward, overlong shaping included; 0 where unscorable
+    parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
+    errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
     distinct: torch.Tensor  # [n, G]
-    valid: torch.Tensor  # [n, G]
+    valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
     informative: torch.Tensor  # [n] groups whose counted rewards differ
 
 
@@ -41,10 +43,21 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         rollout=concat_rollouts([r.rollout for r in rounds], pad_id),
         rewards=torch.cat([r.rewards for r in rounds]),
         parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
+        errors={k: sum(r.errors[k] for r in rounds) for k in rounds[0].errors},
         distinct=torch.cat([r.distinct for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
     )
+
+
+class PreparedStep(NamedTuple):
+    sampled: SampledGroups  # everything that was rolled out this step
+    rollout: Rollout  # [B*G] rows of the groups that enter the update
+    mask: torch.Tensor  # [B*G, T] tokens that carry loss
+    advantages: torch.Tensor  # [B*G]
+    ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
+    old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
+    outputs: dict[str, torch.Tensor]  # plain tensors for the callbacks
 
 
 class GRPOModule(L.LightningModule):
@@ -52,21 +65,23 @@ class GRPOModule(L.LightningModule):
         self,
         name_or_path: str,
         optimizer: Callable[..., torch.optim.Optimizer],
-        rewards: Sequence[RewardFunction],
+        reward: RewardSet,
         rollout: RolloutSettings,
-        algo: LossSettings,
+        algo: AlgoSettings,
         dtype: str = "float32",
         eval_max_new_tokens: int | None = None,
         lr_warmup_steps: int = 0,
         prompt_pool: Callable[[str, int, int, int, set[str]], list[Prompt]] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "rewards", "rollout", "algo", "prompt_pool"])
+        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool"])
+        # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
+        self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
         self.optimizer_factory = optimizer
-        self.reward_functions = list(rewards)
+        self.reward = reward
         self.rollout_settings = rollout
-        self.loss_settings = algo
+        self.algo = algo
         self.dtype_name = dtype
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
         self.lr_warmup_steps = lr_warmup_steps
@@ -78,6 +93,7 @@ class GRPOModule(L.LightningModule):
         # a list hides the reference from nn.Module registration: it is not trained, not in the
         # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
         self._frozen: list[torch.nn.Module] = []
+        self._pieces: dict[int, str] = {}  # token id -> its text alone, for the template masks
         self.exact = MathReward()
         self.last_eval: dict[str, float] = {}
         self.val_correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
@@ -102,12 +118,40 @@ class GRPOModule(L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / ramp))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
+    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
+        return batch  # prompt records are text; the rollout tokenises them on the model's device
+
     def on_fit_start(self) -> None:
         self.reference.to(self.device)
 
-    # -- one GRPO step ---------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["beta_schedule"] = self.algo.beta.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.algo.beta.load_state_dict(checkpoint.get("beta_schedule", {}))
+
+    # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
-        s, G = self.rollout_settings, self.rollout_settings.group_size
+        a = self.algo
+        # 1-5. rollout, filters, masks, advantages, reference (and old) log-probs
+        step = self.prepare(batch)
+
+        # 6. the clipped-loss updates over minibatches of whole groups
+        beta = a.beta(self.global_step)
+        parts = torch.tensor_split(torch.arange(step.advantages.numel() // self.rollout_settings.group_size),
+                                   a.minibatches)
+        stats = [self._update(step, beta, part) for _ in range(a.num_iterations) for part in parts]
+
+        # 7. logs, the beta schedule's view of the KL, plain tensors for the callbacks
+        updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
+        kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
+        a.beta.observe(self.global_step, kl_mean.item())
+        self._log_step(step, updates, beta)
+        return {**step.outputs, "kl_mean": kl_mean, "updates": updates}
+
+    def prepare(self, batch: list[Prompt]) -> PreparedStep:
+        """Everything an update needs, computed once per rollout; no optimizer involved."""
+        s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
 
         # 1. sample: one batched rollout of B x G rows, rewards, near-copy marks
         rounds = [self._sample_round(batch)]
@@ -130,68 +174,118 @@ class GRPOModule(L.LightningModule):
         rows = (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)  # [B*G]
         ro = sampled.rollout if B == len(keep) else select_rows(sampled.rollout, rows)
 
-        # 3-5. reference and policy log-probs, group advantages, the clipped loss
-        if B > 0:
-            loss, stats, loss_tokens = self._loss(ro, sampled.rewards[groups], valid[groups])
-        else:  # nothing informative: a zero loss that still touches every weight (DDP needs it)
-            loss = 0.0 * sum(p.sum() for p in self.policy.parameters())
-            stats = {"kl_mean": loss.detach(), "clip_frac": loss.detach()}
-            loss_tokens = loss.detach()
-        self.log("train/loss", loss.detach(), prog_bar=True)
-        self.log("train/reward", sampled.rewards.mean(), prog_bar=True)
-        self.log("train/clip_frac", stats["clip_frac"])
-        for name, scores in sampled.parts.items():
-            self.log(f"reward/{name}/mean", scores.mean())
+        # 3. which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
+        mask = self._loss_mask(ro, valid[groups])  # [B*G, T]
 
-        # 6. loss and plain tensors for the health callback: everything sampled, not only what trained
-        return {
-            "loss": loss,
+        # 4. advantages from the step's (optionally winsorised) rewards, within each group
+        rewards = self.reward.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
+        advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip,
+                                      scale_by_std=a.scale_by_std).reshape(-1)  # [B*G]
+
+        # 5. reference log-probs, and the rollout policy's when it changes before the last update
+        with torch.no_grad():
+            ref_logps = self._logprobs(self.reference, ro) if B > 0 else None  # [B*G, T]
+            old_logps = self._logprobs(self.policy, ro) if B > 0 and a.updates_per_rollout > 1 else None
+
+        outputs = {
             "rewards": sampled.rewards,  # [N, G] all sampled groups, refills included
             "distinct": sampled.distinct,  # [N, G] not a near-copy of an earlier row
             "valid": valid,  # [N, G] counted in loss and group statistics
             "temperatures": sampled.rollout.temperatures,  # [N*G] each row's sampling temperature
             "lengths": sampled.rollout.completion_mask.sum(dim=1),  # [N*G] generated tokens, EOS included
-            "loss_tokens": loss_tokens,  # tokens that carry loss after every mask
-            "kl_mean": stats["kl_mean"],
+            "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
+            "generated_tokens": ro.completion_mask.sum(),  # of the rows that entered the update
             "refill_rounds": torch.tensor(float(len(rounds) - 1), device=self.device),
             "refill_exhausted": torch.tensor(float(s.filter.refill and int(informative.sum()) < len(batch)),
                                              device=self.device),
         }
+        return PreparedStep(sampled, ro, mask, advantages, ref_logps, old_logps, outputs)
 
-    def _loss(self, ro: Rollout, rewards: torch.Tensor, valid: torch.Tensor):
-        B, G = rewards.shape
-        T = ro.completion_mask.shape[1]
-        a = self.loss_settings
+    def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One optimizer step on `groups` (indices into the step's groups); returns detached stats."""
+        a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
+        optimizer, schedule = self.optimizers(), self.lr_schedulers()
+        optimizer.zero_grad()
+        if len(groups) > 0:
+            rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(ro.input_ids.device)  # [b*G]
+            part = select_rows(ro, rows)
+            logps = self._logprobs(self.policy, part)  # [b*G, T]
+            # with one update per rollout the policy is still the rollout policy: no extra forward
+            old = logps.detach() if step.old_logps is None else step.old_logps[rows]
+            loss, stats = policy_loss(
+                logps, step.ref_logps[rows], old, step.advantages[rows], step.mask[rows], beta=beta,
+                clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl_fn, aggregate=a.loss,
+            )
+        else:  # nothing to learn from: a zero loss that still touches every weight, so DDP ranks agree
+            loss = 0.0 * sum(p.sum() for p in self.policy.parameters())
+            stats = {k: loss.detach() for k in ("kl_mean", "kl_max", "clip_frac", "clip_frac_low",
+                                                 "clip_frac_high", "ratio_mean", "ratio_max")}
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.global_step}")
+        self.manual_backward(loss)
+        if a.max_grad_norm is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
+        optimizer.step()
+        schedule.step()
+        return {"loss": loss.detach(), **stats}
 
-        # 3. reference log-probs, no graph
-        with torch.no_grad():
-            ref_logps = self._logprobs(self.reference, ro)  # [B*G, T]
+    def _loss_mask(self, ro: Rollout, valid: torch.Tensor) -> torch.Tensor:
+        """[B*G, T] float mask of the tokens that carry loss; valid: [B, G]."""
+        a = self.algo
+        mask = ro.completion_mask.float()  # [B*G, T] padding is already 0
+        if a.mask_truncated:
+            mask = truncation_mask(mask, ro.truncated)
+        if a.template_patterns or a.repeat_ngram:
+            patterns = a.compiled_templates
+            for i, ids in enumerate(ro.input_ids[:, ro.prompt_len :].tolist()):
+                n = int(ro.completion_mask[i].sum())
+                keep = [1] * n
+                if patterns:
+                    keep = [k * t for k, t in zip(keep, template_mask([self._piece(t) for t in ids[:n]], patterns))]
+                if a.repeat_ngram:
+                    keep = [k * r for k, r in zip(keep, repetition_mask(ids[:n], a.repeat_ngram, a.repeat_max))]
+                mask[i, :n] *= torch.tensor(keep, dtype=mask.dtype, device=mask.device)
+        return mask * valid.reshape(-1, 1).to(mask.dtype)  # [B*G, T]
 
-        # 4. policy log-probs with grad; one update per rollout, so the rollout policy is this one
-        logps = self._logprobs(self.policy, ro)  # [B*G, T]
-        old_logps = logps.detach()
+    def _piece(self, token_id: int) -> str:
+        if token_id not in self._pieces:
+            self._pieces[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
+        return self._pieces[token_id]
 
-        # 5. group advantages and the clipped loss
-        advantages = group_advantages(rewards, valid, adv_clip=a.adv_clip)  # [B, G]
-        mask = ro.completion_mask.view(B, G, T) * valid[..., None]  # [B, G, T]
-        loss, stats = policy_loss(
-            logps.view(B, G, T), ref_logps.view(B, G, T), old_logps.view(B, G, T), advantages, mask,
-            beta=a.beta, clip_eps=a.clip_eps,
-        )
-        return loss, stats, mask.sum()
+    def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float) -> None:
+        sampled = step.sampled
+        self.log("train/loss", summary["loss"].mean(), prog_bar=True)
+        self.log("train/reward", sampled.rewards.mean(), prog_bar=True)
+        self.log("train/beta", float(beta))
+        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+            self.log(f"train/{name}", summary[name].mean())
+        self.log("train/ratio_max", summary["ratio_max"].max(), reduce_fx="max")
+        self.log("train/kl_max", summary["kl_max"].max(), reduce_fx="max")
+        generated = step.outputs["generated_tokens"].clamp(min=1)
+        self.log("train/effective_token_ratio", step.outputs["loss_tokens"] / generated)
+        for name, scores in sampled.parts.items():
+            scored = ~scores.isnan()
+            if scored.any():
+                self.log(f"reward/{name}/mean", scores[scored].mean())
+            self.log(f"reward/errors/{name}", float(sampled.errors[name]), reduce_fx="sum")
 
     def _sample_round(self, prompts: list[Prompt]) -> SampledGroups:
         """Roll out G rows for each prompt in one batched call; score and dedup them."""
-        s, G = self.rollout_settings, self.rollout_settings.group_size
-        temperatures = s.row_temperatures(len(prompts))  # [n*G] row g at temperature slot g
+        s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
+        n = len(prompts)
+        temperatures = s.row_temperatures(n)  # [n*G] row g at temperature slot g
         ro = generate(self.policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens)
-        completions = [ro.texts[b * G : (b + 1) * G] for b in range(len(prompts))]
-        rewards, parts = score_completions(self.reward_functions, prompts, completions)  # [n, G]
+        completions = [ro.texts[b * G : (b + 1) * G] for b in range(n)]
+        scores = self.reward.score(prompts, completions)  # [n, G]
+        lengths = ro.completion_mask.sum(dim=1)  # [n*G]
+        shaping = overlong_penalty(lengths, s.max_new_tokens, a.overlong_buffer, a.overlong_penalty).view(n, G)
+        rewards = (scores.total + shaping.cpu()).to(self.device)  # [n, G]
         distinct = s.dedup(completions).to(self.device)  # [n, G]
-        # near-copies, and whole groups with too few distinct rows, leave loss and statistics
-        valid = distinct & s.dedup.groups_kept(distinct)[:, None]  # [n, G]
-        rewards = rewards.to(self.device)
-        return SampledGroups(prompts, ro, rewards, parts, distinct, valid, informative_groups(rewards, valid))
+        # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
+        # the loss and the group statistics
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(self.device)  # [n, G]
+        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, distinct, valid,
+                             informative_groups(rewards, valid))
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
         return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)

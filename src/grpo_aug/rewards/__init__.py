@@ -1,7 +1,13 @@
-"""Reward functions: plain callables (prompt record, completion text) -> float."""
+"""Reward functions: plain callables (prompt record, completion text) -> float | None."""
 
+from grpo_aug.rewards.combine import RewardFunction, RewardSet, Scores
 from grpo_aug.rewards.extract import extract_answer, to_number
 from grpo_aug.rewards.math import MathReward
-from grpo_aug.rewards.combine import RewardFunction, score_completions
+from grpo_aug.rewards.soft_math import SoftMathReward
+from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
+from grpo_aug.rewards.winsorize import Winsorize
 
-__all__ = ["MathReward", "RewardFunction", "extract_answer", "score_completions", "to_number"]
+__all__ = [
+    "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores", "ScriptReward",
+    "SimilarityReward", "SoftMathReward", "Winsorize", "extract_answer", "to_number",
+]

@@ -1,0 +1,40 @@
+"""Loss aggregation variants (`algo/loss=...`): how per-token terms become one scalar.
+
+per_token and mask are [R, T] (R rows). The choice changes which completions weigh most:
+    seed           mean over each row's tokens, then over rows: every completion counts
+                   equally, so tokens of long completions count less (GRPO paper)
+    token_mean     sum over all tokens / number of tokens: every token counts equally (DAPO)
+    constant_norm  sum over all tokens / (R x constant): no length bias either way (Dr. GRPO)
+A row whose mask is all zero contributes 0 to every variant.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RowMean:
+    name = "seed"
+
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        per_row = (per_token * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [R]
+        return per_row.mean()
+
+
+class TokenMean:
+    name = "token_mean"
+
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+class ConstantNorm:
+    name = "constant_norm"
+
+    def __init__(self, constant: float) -> None:
+        if constant <= 0:
+            raise ValueError(f"algo.loss.constant must be > 0, got {constant}")
+        self.constant = float(constant)
+
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return (per_token * mask).sum() / (per_token.shape[0] * self.constant)

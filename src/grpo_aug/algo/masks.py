@@ -1,0 +1,66 @@
+"""Which completion tokens carry loss, and the DAPO overlong reward shaping.
+
+Every mask is [N, T] over the completion part of a rollout, 1 = the token is learned from.
+Padding is already 0 in the rollout's completion mask; the functions here remove more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+
+
+def truncation_mask(completion_mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """Zero the rows that hit max_new_tokens without EOS: their end was never judged."""
+    return completion_mask * (~truncated).to(completion_mask.dtype)[:, None]  # [N, T]
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, penalty: float = 1.0) -> torch.Tensor:
+    """DAPO soft overlong punishment, added to the reward: [N] values in [-penalty, 0].
+
+    0 up to max_len - buffer tokens, then falling linearly to -penalty at max_len.
+    """
+    if buffer <= 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    start = max_len - buffer
+    over = (lengths.float() - start).clamp(min=0.0)  # [N]
+    return -penalty * (over / buffer).clamp(max=1.0)
+
+
+def template_mask(pieces: Sequence[str], patterns: Sequence[re.Pattern]) -> list[int]:
+    """1 per token, 0 for tokens overlapping any regex match in the joined completion text.
+
+    pieces: each completion token decoded alone, so character offsets line up with tokens;
+    scaffolding such as a fixed preamble or `<think>` tags is text the model must copy, not
+    reasoning to reinforce.
+    """
+    text = "".join(pieces)
+    covered = bytearray(len(text) + 1)
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            covered[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
+    keep, pos = [], 0
+    for piece in pieces:
+        end = pos + len(piece)
+        keep.append(0 if any(covered[pos:end]) else 1)
+        pos = end
+    return keep
+
+
+def repetition_mask(ids: Sequence[int], ngram: int, max_repeats: int) -> list[int]:
+    """1 per token, 0 for tokens inside a token n-gram that occurs more than max_repeats times.
+
+    A loop like "1+1=2 1+1=2 1+1=2 ..." would otherwise be reinforced token by token.
+    """
+    keep = [1] * len(ids)
+    if ngram < 1 or len(ids) < ngram:
+        return keep
+    grams = [tuple(ids[i : i + ngram]) for i in range(len(ids) - ngram + 1)]
+    counts = Counter(grams)
+    for i, gram in enumerate(grams):
+        if counts[gram] > max_repeats:
+            keep[i : i + ngram] = [0] * ngram
+    return keep

@@ -1,0 +1,48 @@
+"""Soft rule reward for worked solutions: ranks samples by answer *and* process.
+
+    correct  1.0  right final answer, every checkable step right, and concise:
+                  len(completion) <= max_length_ratio x len(reference solution)
+    flawed   0.8  right final answer, but a step evaluates wrong ("<<6*7=43>>" or "6*7 = 43")
+                  or the completion is longer than the concision limit
+    partial  0.3  wrong final answer, but at least one intermediate result of the reference
+                  solution was computed correctly along the way (a right step whose result is a
+                  reference step result other than the final answer)
+    wrong    0.0  otherwise
+
+Example, reference "<<47+38=85>>85\n<<85-9=76>>76\n#### 76":
+    "<<47+38=85>>85\n<<85-9=76>>76\n#### 76"   -> 1.0
+    "<<47+38=84>>85\n<<85-9=76>>76\n#### 76"   -> 0.8   (47+38 is not 84)
+    "<<47+38=85>>85\n<<85-9=75>>75\n#### 75"   -> 0.3   (85 was reached correctly)
+    "<<47+38=84>>84\n<<84-9=75>>75\n#### 75"   -> 0.0
+"""
+
+from __future__ import annotations
+
+from grpo_aug.data.records import Prompt
+from grpo_aug.rewards.extract import extract_answer, to_number
+from grpo_aug.rewards.process import calculations, step_results
+
+
+class SoftMathReward:
+    name = "soft_math"
+
+    def __init__(self, correct: float = 1.0, flawed: float = 0.8, partial: float = 0.3, wrong: float = 0.0,
+                 max_length_ratio: float = 2.0) -> None:
+        if max_length_ratio <= 0:
+            raise ValueError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
+        self.correct, self.flawed, self.partial, self.wrong = float(correct), float(flawed), float(partial), float(wrong)
+        self.max_length_ratio = float(max_length_ratio)
+
+    def __call__(self, prompt: Prompt, completion: str) -> float:
+        reference = to_number(prompt.answer)
+        if reference is None:
+            raise ValueError(f"prompt {prompt.id!r} has a non-numeric reference answer {prompt.answer!r}")
+        steps = calculations(completion)
+        if to_number(extract_answer(completion)) == reference:
+            concise = len(completion) <= self.max_length_ratio * max(len(prompt.solution), 1)
+            sound = all(c.correct is not False for c in steps)
+            return self.correct if concise and sound else self.flawed
+        intermediate = set(step_results(prompt.solution)) - {reference}
+        if any(c.correct and c.value in intermediate for c in steps):
+            return self.partial
+        return self.wrong
