@@ -25,7 +25,7 @@ _OPS = {
 }
 # written forms that mean the same operator; the thousands separator "," and "$" are dropped
 _REWRITE = str.maketrans({"×": "*", "x": "*", "X": "*", "÷": "/", "−": "-", "$": None, ",": None})
-_PERCENT = re.compile(r"(\d(?:\.\d+)?)%")
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
 
 
 class NotArithmetic(ValueError):
