@@ -6,6 +6,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.callbacks import health_values
 from grpo_aug.data.synthetic import SyntheticArithmetic
@@ -195,3 +196,95 @@ def test_health_callback_logs_weighted_means_per_interval_and_drops_vanished_run
     # steps 3-4: rung 1.5 was not sampled, so it is not logged (no NaN); rung 1.0 appears
     assert s4 == 4 and "rollout/reward_by_temperature/1.5" not in second
     assert second["rollout/reward_by_temperature/0.7"] == 0.5 and second["rollout/reward_by_temperature/1"] == 0.0
+
+
+def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):
+    torch.manual_seed(0)
+    m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:4]]), algo=AlgoSettings(num_iterations=2))
+    m.optimizer_factory = functools.partial(torch.optim.SGD, lr=20.0)  # big steps: the second pass must clip
+    (out,) = fit_batches(m, [EASY[:4]])
+    ratio, clip = out["updates"]["ratio_mean"], out["updates"]["clip_frac"]
+    assert ratio.shape == (2,)
+    assert ratio[0].item() == pytest.approx(1.0, abs=1e-6)  # first pass: still the rollout policy
+    assert abs(ratio[1].item() - 1.0) > 1e-3  # second pass: old log-probs from the rollout, policy moved
+    assert clip[0].item() == 0.0 and clip[1].item() > 0
+    assert m.trainer.global_step == 2  # one rollout, two optimizer steps
+
+
+def test_minibatches_split_groups_and_each_makes_an_optimizer_step(tiny_model_dir):
+    m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:3]]), algo=AlgoSettings(minibatches=2))
+    outs = fit_batches(m, [EASY[:3], EASY[3:6]])
+    assert [o["updates"]["loss"].shape for o in outs] == [(2,), (2,)]
+    assert m.trainer.global_step == 4
+
+
+def test_fast_path_has_no_old_logprob_forward_and_equals_the_straightforward_loss(tiny_model_dir):
+    torch.manual_seed(0)
+    m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:3]]))
+    step = m.prepare(EASY[:3])
+    assert step.old_logps is None
+    logps = m._logprobs(m.policy, step.rollout)
+    with torch.no_grad():
+        old = m._logprobs(m.policy, step.rollout)  # what a separate old-policy forward would give
+    fast, _ = policy_loss(logps, step.ref_logps, logps.detach(), step.advantages, step.mask)
+    plain, _ = policy_loss(logps, step.ref_logps, old, step.advantages, step.mask)
+    assert fast.item() == pytest.approx(plain.item(), abs=1e-7)
+    (g_fast,) = torch.autograd.grad(fast, logps, retain_graph=True)
+    (g_plain,) = torch.autograd.grad(plain, logps)
+    assert torch.allclose(g_fast, g_plain, atol=1e-7)
+
+
+class NoneFor:
+    """1.0 for every completion except the listed row slots, which are unscorable (None)."""
+
+    name = "none_for"
+
+    def __init__(self, slots):
+        self.slots, self.count = set(slots), -1
+
+    def __call__(self, prompt, completion):
+        self.count += 1
+        return None if self.count in self.slots else float(self.count % 2)
+
+
+def test_unscorable_rows_leave_loss_and_statistics(tiny_model_dir):
+    m = _module(tiny_model_dir, reward=NoneFor({1, 6}))
+    step = m.prepare(EASY[:2])
+    valid = step.outputs["valid"]
+    assert valid.tolist() == [[True, False, True, True], [True, True, False, True]]
+    assert (step.mask.view(2, 4, -1)[~valid] == 0).all()
+    assert (step.advantages.view(2, 4)[~valid] == 0).all()
+    # group 0 counts rewards 0 (row 0), 0 (row 2), 1 (row 3): mean 1/3 over the counted rows only
+    adv = step.advantages.view(2, 4)[0]
+    assert adv[3].item() > 0 and adv[0].item() == adv[2].item() < 0
+
+
+def test_truncation_and_template_masks_remove_tokens(tiny_model_dir):
+    torch.manual_seed(0)
+    m = _module(tiny_model_dir, algo=AlgoSettings(mask_truncated=True))
+    step = m.prepare(EASY[:2])
+    truncated, cm = step.rollout.truncated, step.rollout.completion_mask
+    assert truncated.any()  # 6 new tokens: the untrained model rarely ends in time
+    assert (step.mask[truncated] == 0).all()
+    assert torch.equal(step.mask[~truncated], cm[~truncated].float())
+    assert step.outputs["loss_tokens"].item() == cm[~truncated].sum().item()
+
+    m = _module(tiny_model_dir, algo=AlgoSettings(template_patterns=(r"\d",)))
+    step = m.prepare(EASY[:2])
+    completion_ids = step.rollout.input_ids[:, step.rollout.prompt_len :].tolist()
+    digit = torch.tensor([[m.tokenizer.decode([t]).isdigit() for t in row] for row in completion_ids])  # [N, T]
+    on = step.rollout.completion_mask.bool()
+    assert (digit & on).any() and (~digit & on).any()
+    assert torch.equal(step.mask.bool(), on & ~digit)
+
+
+def test_beta_schedule_state_is_checkpointed(tiny_model_dir):
+    from grpo_aug.algo.beta import RelaxBeta
+
+    m = _module(tiny_model_dir, algo=AlgoSettings(beta=RelaxBeta(patience=2)))
+    m.algo.beta.observe(0, 0.0)
+    ckpt = {}
+    m.on_save_checkpoint(ckpt)
+    fresh = _module(tiny_model_dir, algo=AlgoSettings(beta=RelaxBeta(patience=2)))
+    fresh.on_load_checkpoint(ckpt)
+    assert fresh.algo.beta.calm == 1

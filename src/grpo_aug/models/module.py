@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -94,6 +95,8 @@ class GRPOModule(L.LightningModule):
         # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
         self._frozen: list[torch.nn.Module] = []
         self._pieces: dict[int, str] = {}  # token id -> its text alone, for the template masks
+        self.reward_errors: Counter[str] = Counter()  # calls that raised, per reward function, this run
+        self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.exact = MathReward()
         self.last_eval: dict[str, float] = {}
         self.val_correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
@@ -123,6 +126,9 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.reference.to(self.device)
+
+    def on_train_start(self) -> None:
+        self.logged_window = self.global_step // self.trainer.log_every_n_steps
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
@@ -254,20 +260,31 @@ class GRPOModule(L.LightningModule):
 
     def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float) -> None:
         sampled = step.sampled
-        self.log("train/loss", summary["loss"].mean(), prog_bar=True)
-        self.log("train/reward", sampled.rewards.mean(), prog_bar=True)
-        self.log("train/beta", float(beta))
+        values = {
+            "train/loss": summary["loss"].mean(),
+            "train/reward": sampled.rewards.mean(),
+            "train/beta": torch.tensor(float(beta)),
+            "train/ratio_max": summary["ratio_max"].max(),
+            "train/kl_max": summary["kl_max"].max(),
+            "train/effective_token_ratio": step.outputs["loss_tokens"] / step.outputs["generated_tokens"].clamp(min=1),
+        }
         for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
-            self.log(f"train/{name}", summary[name].mean())
-        self.log("train/ratio_max", summary["ratio_max"].max(), reduce_fx="max")
-        self.log("train/kl_max", summary["kl_max"].max(), reduce_fx="max")
-        generated = step.outputs["generated_tokens"].clamp(min=1)
-        self.log("train/effective_token_ratio", step.outputs["loss_tokens"] / generated)
+            values[f"train/{name}"] = summary[name].mean()
         for name, scores in sampled.parts.items():
             scored = ~scores.isnan()
             if scored.any():
-                self.log(f"reward/{name}/mean", scores[scored].mean())
-            self.log(f"reward/errors/{name}", float(sampled.errors[name]), reduce_fx="sum")
+                values[f"reward/{name}/mean"] = scores[scored].mean()
+            self.reward_errors[name] += sampled.errors[name]
+            values[f"reward/errors/{name}"] = torch.tensor(float(self.reward_errors[name]))  # running count
+        self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
+        # written straight to the loggers at the optimizer step: with several updates per rollout,
+        # Lightning's own logging step would count rollouts, not the steps every other curve uses
+        window = self.global_step // self.trainer.log_every_n_steps
+        if window > self.logged_window:
+            self.logged_window = window
+            scalars = {k: float(v) for k, v in values.items()}
+            for logger in self.trainer.loggers:
+                logger.log_metrics(scalars, step=self.global_step)
 
     def _sample_round(self, prompts: list[Prompt]) -> SampledGroups:
         """Roll out G rows for each prompt in one batched call; score and dedup them."""
