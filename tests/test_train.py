@@ -29,6 +29,13 @@ def test_fast_run_logs_every_health_metric(tmp_path):
         assert all_finite(scalars.get(tag, [])), f"{tag}: {scalars.get(tag)}"
     assert [step for step, _ in scalars["health/reward_mean"]] == [1, 2, 3, 4]  # every_n_steps=1
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 2, 4]  # before step 1, then every 2
+    for b in ("easy", "medium", "hard"):
+        assert [step for step, _ in scalars[f"curriculum/weight/{b}"]] == [1, 2, 3, 4]
+    # debug=fast: 4 steps of a 4-step run, staged default: 80% easy in the first 20% of steps
+    assert scalars["curriculum/weight/easy"][0][1] == pytest.approx(0.8)
+    assert {v for _, v in scalars["curriculum/bucket"]} <= {0.0, 1.0, 2.0}
+    per_bucket = [k for k in scalars if k.startswith("health/reward_mean/")]
+    assert per_bucket and all(all_finite(scalars[k]) and {s for s, _ in scalars[k]} <= {2, 4} for k in per_bucket)
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 4
     assert all(k.startswith(("policy.", "val_")) for k in last["state_dict"])  # no reference weights
@@ -68,12 +75,35 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(tmp_path):
     assert last["global_step"] == 6
 
 
+def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
+    variant = ["algo.num_iterations=2", "algo.minibatches=2", "reward=soft_math", "algo/loss=token_mean",
+               "algo/beta=relax", "algo.kl=k2", "algo.clip_eps_high=0.28", "algo.overlong_buffer=2",
+               "algo.repeat_ngram=2", "trainer.max_steps=8", "trainer.val_check_interval=1"]
+    first = run_train(tmp_path / "a", ["debug=fast", *TINY, *variant])
+    assert first.returncode == 0, first.stderr[-3000:]
+    scalars = read_scalars(tmp_path / "a" / "run")
+    # 2 rollouts x (2 iterations x 2 minibatches) = 8 optimizer steps; every curve is on that axis
+    assert [step for step, _ in scalars["health/reward_mean"]] == [4, 8]
+    assert [step for step, _ in scalars["train/clip_frac_high"]] == [4, 8]
+    assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 4, 8]
+    for tag in ("train/ratio_max", "train/kl_max", "train/beta", "reward/soft_math/mean", "reward/errors/soft_math"):
+        assert all_finite(scalars[tag]), tag
+    ckpt = tmp_path / "a" / "run" / "checkpoints" / "last.ckpt"
+    assert "beta_schedule" in torch.load(ckpt, map_location="cpu", weights_only=False)
+    second = run_train(tmp_path / "b", ["debug=fast", *TINY, *variant, f"ckpt_path={ckpt}", "trainer.max_steps=12"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [step for step, _ in read_scalars(tmp_path / "b" / "run")["health/reward_mean"]] == [12]
+
+
 @pytest.mark.parametrize(
     "override, key",
     [
         ("rollout.group_size=1", "rollout.group_size"),
         ("rollout.temperatures=[]", "rollout.temperatures"),
         ("rollout.temperatures=[0.7,-1.0]", "rollout.temperatures[1]"),
+        ("algo.kl=k4", "algo.kl"),
+        ("reward.winsorize.lower=2", "reward.winsorize"),
+        ("algo/loss=median", "algo/loss"),
     ],
 )
 def test_bad_rollout_config_fails_before_any_model_loads(tmp_path, override, key):

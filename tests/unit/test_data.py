@@ -132,5 +132,5 @@ def test_schedule_needing_an_empty_bucket_fails_at_setup():
     source = SyntheticArithmetic(size_per_bucket=20, seed=0)
     schedule = StagedSchedule([{"until": 1.0, "weights": {"hard": 1.0}}])
     dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)
-    with pytest.raises(ValueError, match="bucket 'hard' but it has 10 training prompts"):
+    with pytest.raises(ValueError, match=r"curriculum.stages\[0\].weights.hard asks for bucket 'hard', but it has 10 "):
         dm.setup("fit")

@@ -181,12 +181,15 @@ def test_health_callback_logs_weighted_means_per_interval_and_drops_vanished_run
                 "refill_rounds": torch.tensor(0.0), "refill_exhausted": torch.tensor(0.0)}
 
     rec = Recorder()
-    cb = SampleHealth(every_n_steps=2)
+    cb = SampleHealth(every_n_steps=2, bucket_every_n_steps=4)
     module = SimpleNamespace(device=torch.device("cpu"))
     steps = [([[1.0, 0.0]], [0.7, 1.5]), ([[1.0, 1.0], [0.0, 0.0]], [0.7, 1.5, 0.7, 1.5]), ([[1.0, 0.0]], [0.7, 1.0])]
+    easy, hard = [EASY[0]], [SimpleNamespace(bucket="hard")]
     for step, (rewards, temps) in enumerate(steps, start=1):
-        cb.on_train_batch_end(SimpleNamespace(global_step=step, loggers=[rec]), module, outputs(rewards, temps), None, 0)
-    cb.on_train_batch_end(SimpleNamespace(global_step=4, loggers=[rec]), module, outputs([[0.0, 0.0]], [0.7, 1.0]), None, 0)
+        cb.on_train_batch_end(SimpleNamespace(global_step=step, loggers=[rec]), module, outputs(rewards, temps),
+                              easy if step < 3 else hard, 0)
+    cb.on_train_batch_end(SimpleNamespace(global_step=4, loggers=[rec]), module, outputs([[0.0, 0.0]], [0.7, 1.0]),
+                          hard, 0)
     (s2, first), (s4, second) = rec.logged
     # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
     assert (s2, first["health/reward_mean"]) == (2, 0.5)
@@ -196,6 +199,9 @@ def test_health_callback_logs_weighted_means_per_interval_and_drops_vanished_run
     # steps 3-4: rung 1.5 was not sampled, so it is not logged (no NaN); rung 1.0 appears
     assert s4 == 4 and "rollout/reward_by_temperature/1.5" not in second
     assert second["rollout/reward_by_temperature/0.7"] == 0.5 and second["rollout/reward_by_temperature/1"] == 0.0
+    # per bucket, only at step 4: easy steps 1-2 had 3 ones in 6 rewards, hard steps 3-4 1 in 4
+    assert "health/reward_mean/easy" not in first
+    assert second["health/reward_mean/easy"] == 0.5 and second["health/reward_mean/hard"] == 0.25
 
 
 def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):

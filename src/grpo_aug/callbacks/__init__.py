@@ -1,6 +1,7 @@
 """Callbacks that turn rollout stats into sample-health metrics."""
 
+from grpo_aug.callbacks.curriculum import CurriculumMonitor
 from grpo_aug.callbacks.health import SampleHealth, health_values
 from grpo_aug.callbacks.temperature import AdaptiveTemperature
 
-__all__ = ["AdaptiveTemperature", "SampleHealth", "health_values"]
+__all__ = ["AdaptiveTemperature", "CurriculumMonitor", "SampleHealth", "health_values"]

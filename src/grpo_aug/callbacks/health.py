@@ -49,36 +49,64 @@ def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.
     return values
 
 
-class SampleHealth(L.Callback):
-    """Logs the health metrics every `every_n_steps` optimizer steps (weighted means in between)."""
+class WindowedMeans:
+    """Weighted means per name, flushed when the optimizer step crosses a multiple of `every`.
 
-    def __init__(self, every_n_steps: int = 100) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"callbacks.health.every_n_steps must be >= 1, got {every_n_steps}")
-        self.every_n_steps = every_n_steps
-        # created on first sight (one per name health_values returns, rungs included); every rank
-        # sees the same names, so compute() syncs them in the same order everywhere
+    Metrics are created on first sight; every rank sees the same names in the same steps (same
+    ladder, same bucket), so compute() all-reduces them in the same order everywhere.
+    """
+
+    def __init__(self, every: int) -> None:
+        self.every = every
         self.metrics: dict[str, MeanMetric] = {}
-        self.updated: set[str] = set()  # since the last log point; a removed rung drops out
-        self.logged_window = 0  # global_step // every_n_steps at the last log point
+        self.updated: set[str] = set()  # since the last flush; a name not updated is not logged
+        self.window = 0  # global_step // every at the last flush
 
-    def on_train_start(self, trainer, pl_module) -> None:
-        self.logged_window = trainer.global_step // self.every_n_steps  # a resumed run continues its windows
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        for name, (value, weight) in health_values(outputs).items():
+    def update(self, values: Mapping[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> None:
+        for name, (value, weight) in values.items():
             if name not in self.metrics:
-                self.metrics[name] = MeanMetric().to(pl_module.device)
+                self.metrics[name] = MeanMetric().to(device)
             self.metrics[name].update(value.detach(), weight)
             self.updated.add(name)
-        # one batch can make several optimizer steps, so a window is closed when crossed, not hit
-        window = trainer.global_step // self.every_n_steps
-        if window > self.logged_window:
-            self.logged_window = window
-            # compute() all-reduces across ranks, so every rank must reach this line
-            values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
-            for name in self.updated:
-                self.metrics[name].reset()
-            self.updated.clear()
+
+    def flush(self, global_step: int) -> dict[str, float]:
+        """The means since the last flush if a window closed (one batch may span several steps)."""
+        window = global_step // self.every
+        if window <= self.window:
+            return {}
+        self.window = window
+        values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
+        for name in self.updated:
+            self.metrics[name].reset()
+        self.updated.clear()
+        return values
+
+
+class SampleHealth(L.Callback):
+    """Logs the health metrics every `every_n_steps` optimizer steps (weighted means in between),
+    and the mean reward per difficulty bucket, `health/reward_mean/<bucket>`, every
+    `bucket_every_n_steps` (a bucket's curve is sparse: a step draws one bucket)."""
+
+    def __init__(self, every_n_steps: int = 100, bucket_every_n_steps: int = 500) -> None:
+        for key, value in (("every_n_steps", every_n_steps), ("bucket_every_n_steps", bucket_every_n_steps)):
+            if value < 1:
+                raise ValueError(f"callbacks.health.{key} must be >= 1, got {value}")
+        self.every_n_steps = every_n_steps
+        self.bucket_every_n_steps = bucket_every_n_steps
+        self.overall = WindowedMeans(every_n_steps)
+        self.by_bucket = WindowedMeans(bucket_every_n_steps)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        for means in (self.overall, self.by_bucket):  # a resumed run continues its windows
+            means.window = trainer.global_step // means.every
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.overall.update(health_values(outputs), pl_module.device)
+        rewards = outputs["rewards"]  # [N, G] one bucket per step
+        self.by_bucket.update({f"health/reward_mean/{batch[0].bucket}": (rewards.mean(), torch.tensor(
+            float(rewards.numel()), device=rewards.device))}, pl_module.device)
+        # compute() all-reduces across ranks, so every rank must reach these lines
+        values = {**self.overall.flush(trainer.global_step), **self.by_bucket.flush(trainer.global_step)}
+        if values:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)

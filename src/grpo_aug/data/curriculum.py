@@ -1,7 +1,20 @@
-"""Curriculum schedules: pure functions of the step that return difficulty-bucket weights."""
+"""Curriculum schedules (`curriculum/...`): bucket weights as a function of the step.
+
+Steps here are rollout batches (the sampler's steps), `total_steps` the run's number of them.
+    staged    piecewise-constant weights by fraction of the run (default: easy-heavy first,
+              then step by step toward hard)
+    linear    weights interpolated from `start` at step 0 to `end` at the last step
+    adaptive  AdaRFT-like: a target difficulty in [0, 2] (easy 0, medium 1, hard 2) moves with
+              the observed success rate toward `target_success`; its weights split between the
+              two buckets around it. Step k's weights use the difficulty after step k - 2's reward:
+              Lightning fetches step k's batch while step k - 1 is still running, and a fixed lag
+              makes a resumed run draw exactly the batches an uninterrupted one would.
+Every schedule has observe(step, reward) (a no-op unless adaptive) and state_dict/load_state_dict.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from grpo_aug.data.records import BUCKETS
@@ -19,11 +32,19 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
     return {b: float(weights.get(b, 0.0)) for b in BUCKETS}
 
 
-class StagedSchedule:
-    """Piecewise-constant weights: stage i applies while step < until_i * total_steps.
+class _Stateless:
+    def observe(self, step: int, reward: float) -> None:
+        pass
 
-    The default config is easy-first: all easy early on, harder buckets mixed in later.
-    """
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class StagedSchedule(_Stateless):
+    """Stage i applies while step < until_i * total_steps."""
 
     def __init__(self, stages: Sequence[Mapping]) -> None:
         if not stages:
@@ -46,5 +67,83 @@ class StagedSchedule:
                 return weights
         return self.stages[-1][1]
 
-    def buckets_used(self) -> set[str]:
-        return {b for _, w in self.stages for b, x in w.items() if x > 0}
+    def buckets_used(self) -> dict[str, str]:
+        """Each bucket some step may draw -> the config key that asks for it."""
+        used: dict[str, str] = {}
+        for i, (_, weights) in enumerate(self.stages):
+            for b, w in weights.items():
+                if w > 0:
+                    used.setdefault(b, f"curriculum.stages[{i}].weights.{b}")
+        return used
+
+
+class LinearSchedule(_Stateless):
+    def __init__(self, start: Mapping[str, float], end: Mapping[str, float]) -> None:
+        self.start = _check_weights(start, "curriculum.start")
+        self.end = _check_weights(end, "curriculum.end")
+
+    def weights(self, step: int, total_steps: int) -> dict[str, float]:
+        frac = min(max(step / max(total_steps - 1, 1), 0.0), 1.0)
+        return {b: (1 - frac) * self.start[b] + frac * self.end[b] for b in BUCKETS}
+
+    def buckets_used(self) -> dict[str, str]:
+        used = {b: f"curriculum.end.{b}" for b in BUCKETS if self.end[b] > 0}
+        used.update({b: f"curriculum.start.{b}" for b in BUCKETS if self.start[b] > 0})
+        return used
+
+
+def difficulty_weights(difficulty: float) -> dict[str, float]:
+    """Split between the two buckets around `difficulty`: 0.3 -> easy 0.7, medium 0.3."""
+    d = min(max(difficulty, 0.0), len(BUCKETS) - 1.0)
+    low = min(int(math.floor(d)), len(BUCKETS) - 2)
+    frac = d - low
+    weights = dict.fromkeys(BUCKETS, 0.0)
+    weights[BUCKETS[low]] = 1.0 - frac
+    weights[BUCKETS[low + 1]] += frac
+    return weights
+
+
+class AdaptiveSchedule:
+    """difficulty <- clip(difficulty + step_size * tanh(sharpness * (reward - target_success)), 0, 2)."""
+
+    LAG = 2
+
+    def __init__(self, target_success: float = 0.5, step_size: float = 0.05, sharpness: float = 5.0,
+                 initial: float = 0.0) -> None:
+        if not 0 < target_success < 1:
+            raise ValueError(f"curriculum.target_success must be in (0, 1), got {target_success}")
+        if step_size <= 0 or sharpness <= 0:
+            raise ValueError(f"curriculum.step_size and curriculum.sharpness must be > 0, got {step_size}, "
+                             f"{sharpness}")
+        if not 0 <= initial <= len(BUCKETS) - 1:
+            raise ValueError(f"curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
+        self.target_success, self.step_size, self.sharpness = target_success, step_size, sharpness
+        self.initial = float(initial)
+        self.after: dict[int, float] = {}  # step -> difficulty after observing that step's reward
+
+    def difficulty_for(self, step: int) -> float:
+        source = step - self.LAG
+        if source < 0:
+            return self.initial
+        if source not in self.after:
+            raise RuntimeError(f"curriculum: step {step} needs the reward of step {source}, not observed yet")
+        return self.after[source]
+
+    def weights(self, step: int, total_steps: int) -> dict[str, float]:
+        return difficulty_weights(self.difficulty_for(step))
+
+    def observe(self, step: int, reward: float) -> None:
+        before = self.after.get(step - 1, self.initial)
+        moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
+        self.after[step] = min(max(moved, 0.0), len(BUCKETS) - 1.0)
+        for old in [s for s in self.after if s < step - self.LAG]:
+            del self.after[old]  # only the last LAG + 1 values are ever read
+
+    def buckets_used(self) -> dict[str, str]:
+        return {b: "curriculum (adaptive: any bucket)" for b in BUCKETS}
+
+    def state_dict(self) -> dict:
+        return {"after": dict(self.after)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.after = {int(k): float(v) for k, v in state["after"].items()}

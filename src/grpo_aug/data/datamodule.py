@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from typing import Protocol
@@ -9,9 +10,11 @@ from typing import Protocol
 import lightning as L
 from torch.utils.data import DataLoader
 
-from grpo_aug.data.curriculum import StagedSchedule
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.data.sampler import CurriculumBatchSampler
+from grpo_aug.data.variants import Variants
+
+log = logging.getLogger(__name__)
 
 
 class PromptSource(Protocol):
@@ -41,12 +44,13 @@ class PromptDataModule(L.LightningDataModule):
     def __init__(
         self,
         source: PromptSource,
-        schedule: StagedSchedule,
+        schedule,
         total_steps: int,
         batch_size: int = 16,
         heldout_per_bucket: int = 200,
         val_batch_size: int = 200,
         seed: int = 0,
+        variants: Variants | None = None,
         updates_per_batch: int = 1,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
@@ -62,8 +66,10 @@ class PromptDataModule(L.LightningDataModule):
         self.heldout_per_bucket = heldout_per_bucket
         self.val_batch_size = val_batch_size
         self.seed = seed
+        self.variants = variants
         self.train_records: list[Prompt] = []
         self.heldout_records: list[Prompt] = []
+        self._restored: dict | None = None  # sampler state from a checkpoint, used by train_dataloader
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_records:
@@ -75,6 +81,12 @@ class PromptDataModule(L.LightningDataModule):
         else:
             self.train_records = records
             self.heldout_records = split_heldout(heldout, self.heldout_per_bucket, self.seed)[1]
+        if self.variants is not None and self.variants.per_prompt > 0:
+            # after the split: a held-out problem never reaches training as a variant
+            made = self.variants.make(self.train_records)
+            log.info("data.variants: %d variants from %d training prompts (%d of %d attempts failed)",
+                     len(made), len(self.train_records), sum(self.variants.failures.values()), self.variants.attempts)
+            self.train_records = self.train_records + made
         # fail now, not at the step that first needs the bucket
         self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
 
@@ -90,11 +102,23 @@ class PromptDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        start = trainer.global_step // self.updates_per_batch if trainer is not None else 0
-        rank = trainer.global_rank if trainer is not None else 0
-        sampler = self.make_sampler(start, rank, self._world_size())
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        sampler = self.make_sampler(0, rank, self._world_size())
+        if self._restored is not None:
+            sampler.load_state_dict(self._restored)
         return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
+
+    def state_dict(self) -> dict:
+        """The sampler's position and schedule state, saved in Lightning checkpoints.
+
+        The position comes from the trainer, not from the sampler: Lightning has already fetched
+        the next batch when it saves, so the sampler itself is one step ahead.
+        """
+        done = self.trainer.global_step // self.updates_per_batch if self.trainer is not None else 0
+        return {"next_step": done, "seed": self.seed, "schedule": self.schedule.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._restored = state
 
     def draw_prompts(self, bucket: str, n: int, step: int, round_: int, used: set[str]) -> list[Prompt]:
         """Up to n training prompts of `bucket` not in `used`, deterministic by (seed, step, round, rank)."""

@@ -12,7 +12,8 @@ class Prompt:
     """One problem. `prompt` is the text the model sees; `question` the bare problem.
 
     `answer` is the normalised final number; `solution` a GSM8K-style worked solution
-    (`<<12*3=36>>36 ... #### 36`) that process rewards and variants read.
+    (`<<12*3=36>>36 ... #### 36`) that process rewards and variants read. A variant made from
+    another record keeps that record's id in `source_id`.
     """
 
     id: str
@@ -21,3 +22,4 @@ class Prompt:
     answer: str
     solution: str
     bucket: str
+    source_id: str | None = None

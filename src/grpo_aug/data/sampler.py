@@ -1,8 +1,9 @@
 """Batch sampler: every step draws one difficulty bucket, then that bucket's prompts.
 
-Each batch is a pure function of (seed, step): ranks agree on the bucket without talking, a
-resumed run (start_step = the restored global step) continues with exactly the batches an uninterrupted run would have seen, and the
-rank slices of one step are disjoint.
+Each batch is a pure function of (seed, step) and the schedule's weights at that step: ranks
+agree on the bucket without talking (an adaptive schedule sees the same rank-averaged rewards
+everywhere), the rank slices of one step are disjoint, and a resumed run (state_dict /
+load_state_dict) continues with exactly the batches an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping, Sequence
 
-from grpo_aug.data.curriculum import StagedSchedule
 
 
 class CurriculumBatchSampler:
@@ -18,7 +18,7 @@ class CurriculumBatchSampler:
         self,
         bucket_indices: Mapping[str, Sequence[int]],
         batch_size: int,
-        schedule: StagedSchedule,
+        schedule,
         total_steps: int,
         seed: int = 0,
         rank: int = 0,
@@ -33,12 +33,13 @@ class CurriculumBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.start_step = start_step
+        self.position = start_step  # the next step this sampler hands out
         per_step = batch_size * world_size
-        for bucket in schedule.buckets_used():
+        for bucket, key in schedule.buckets_used().items():
             have = len(self.bucket_indices.get(bucket, ()))
             if have < per_step:
                 raise ValueError(
-                    f"curriculum uses bucket {bucket!r} but it has {have} training prompts, fewer than "
+                    f"{key} asks for bucket {bucket!r}, but it has {have} training prompts, fewer than "
                     f"data.batch_size x world size = {per_step}"
                 )
 
@@ -56,7 +57,18 @@ class CurriculumBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         for step in range(self.start_step, self.total_steps):
+            self.position = step + 1
             yield self.batch_at(step)
+
+    def state_dict(self) -> dict:
+        return {"next_step": self.position, "seed": self.seed, "schedule": self.schedule.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed:
+            raise ValueError(f"the checkpoint's data seed {state['seed']} differs from this run's {self.seed}: "
+                             "its batches cannot be continued")
+        self.start_step = self.position = int(state["next_step"])
+        self.schedule.load_state_dict(state["schedule"])
 
     def __len__(self) -> int:
         return max(self.total_steps - self.start_step, 0)

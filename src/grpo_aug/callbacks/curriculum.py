@@ -1,0 +1,28 @@
+"""Feeds the curriculum the rank-averaged reward of each step and logs what it drew.
+
+curriculum/weight/easy|medium|hard   the schedule's bucket weights for the step just trained
+curriculum/bucket                    the bucket that step drew (0 easy, 1 medium, 2 hard)
+"""
+
+from __future__ import annotations
+
+import lightning as L
+
+from grpo_aug.data.records import BUCKETS
+
+
+class CurriculumMonitor(L.Callback):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is None:
+            return
+        step = trainer.global_step // pl_module.algo.updates_per_rollout - 1  # the sampler step just trained
+        weights = datamodule.schedule.weights(step, datamodule.total_steps)
+        # averaged over ranks: an adaptive schedule must move the same way everywhere
+        reward = trainer.strategy.reduce(outputs["rewards"].mean(), reduce_op="mean")
+        datamodule.schedule.observe(step, float(reward))
+        values = {f"curriculum/weight/{b}": w for b, w in weights.items()}
+        values["curriculum/bucket"] = float(BUCKETS.index(batch[0].bucket))
+        for logger in trainer.loggers:
+            logger.log_metrics(values, step=trainer.global_step)
+
