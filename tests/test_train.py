@@ -71,6 +71,12 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(tmp_path):
     scalars = read_scalars(tmp_path / "b" / "run")
     assert [step for step, _ in scalars["health/reward_mean"]] == [5, 6]
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [6]  # no fresh-policy baseline on resume
+    # the resumed steps drew what an uninterrupted 6-step run draws at steps 5 and 6
+    whole = run_train(tmp_path / "c", ["debug=fast", *TINY, "trainer.max_steps=6", "validate_before_training=false"])
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    uninterrupted = read_scalars(tmp_path / "c" / "run")
+    for tag in ("curriculum/bucket", "curriculum/weight/easy"):
+        assert scalars[tag] == uninterrupted[tag][4:], tag
     last = torch.load(tmp_path / "b" / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 6
 
