@@ -10,7 +10,10 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_aug.callbacks import SampleHealth
 
 from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
@@ -76,4 +79,32 @@ def train(cfg: DictConfig) -> dict[str, float]:
         out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy")
         log.info("final policy saved to %s", out)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-    return {**metrics, **module.last_eval}
+    final = {**metrics, **module.last_eval, **final_health(trainer)}
+    log_final_hparams(trainer, cfg, final)
+    return final
+
+
+def final_health(trainer: L.Trainer) -> dict[str, float]:
+    health = next((c for c in trainer.callbacks if isinstance(c, SampleHealth)), None)
+    return dict(health.last) if health is not None else {}
+
+
+def log_final_hparams(trainer: L.Trainer, cfg: DictConfig, final: dict[str, float]) -> None:
+    """The run's settings next to its final numbers in TensorBoard's HPARAMS tab."""
+    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
+    metrics = {f"final/{k}": v for k, v in final.items() if k.startswith(("eval/", "health/", "train/reward"))}
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(flat, metrics)
+
+
+def flatten(tree, prefix: str = "") -> dict[str, str | float | int | bool]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists and None become strings (TensorBoard takes scalars)."""
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value if isinstance(value, (int, float, bool, str)) else str(value)
+    return out

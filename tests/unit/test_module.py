@@ -8,7 +8,6 @@ from torch.utils.data import DataLoader
 
 from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.settings import AlgoSettings
-from grpo_aug.callbacks import health_values
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
@@ -103,32 +102,6 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
     assert all(p.grad is None for p in m.reference.parameters())
 
 
-def test_health_values_by_hand():
-    outputs = {
-        "rewards": torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
-        "lengths": torch.tensor([4, 6, 2, 8, 5, 5, 5, 5]),
-        "loss_tokens": torch.tensor(30.0),
-        "kl_mean": torch.tensor(0.25),
-        "distinct": torch.tensor([[True, True, False, True], [True, False, False, False]]),
-        "valid": torch.tensor([[True, True, False, True], [False, False, False, False]]),
-        "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5, 0.7, 1.5, 0.7, 1.5]),
-        "refill_rounds": torch.tensor(2.0),
-        "refill_exhausted": torch.tensor(1.0),
-    }
-    v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
-    assert v["health/reward_mean"] == 5 / 8
-    assert abs(v["health/reward_std"] - 0.25) < 1e-6  # groups' stds 0.5 and 0 -> mean 0.25
-    assert v["health/effective_token_ratio"] == 30 / 40
-    assert v["health/kl_mean"] == 0.25
-    assert v["health/completion_length_mean"] == 5.0
-    assert v["rollout/unique_ratio"] == 4 / 8
-    assert v["rollout/groups_dropped_frac"] == 1 / 2
-    assert v["rollout/zero_std_frac"] == 1 / 2  # the all-ones group
-    assert v["rollout/reward_by_temperature/0.7"] == 3 / 4  # rows 0, 2 of group 0 and 1: 1, 0, 1, 1
-    assert v["rollout/reward_by_temperature/1.5"] == 2 / 4  # rows 1, 3: 0, 0, 1, 1
-    assert (v["rollout/refill_rounds"], v["rollout/refill_exhausted"]) == (2.0, 1.0)
-
-
 def test_refill_stops_at_max_rounds_and_flags_exhaustion(tiny_model_dir):
     pool = Pool()
     m = _module(tiny_model_dir, reward=ById([]), group_filter=GroupFilter(True, True, max_rounds=2), pool=pool)
@@ -159,49 +132,6 @@ def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_mode
     out = m.prepare(batch).outputs
     assert out["valid"].any(dim=1).tolist() == [False, True, False]
     assert out["refill_rounds"].item() == 0 and out["refill_exhausted"].item() == 0
-
-
-def test_health_callback_logs_weighted_means_per_interval_and_drops_vanished_rungs():
-    from types import SimpleNamespace
-
-    from grpo_aug.callbacks import SampleHealth
-
-    class Recorder:
-        def __init__(self):
-            self.logged = []
-
-        def log_metrics(self, values, step):
-            self.logged.append((step, values))
-
-    def outputs(rewards, temps):
-        r = torch.tensor(rewards)
-        return {"rewards": r, "lengths": torch.full((r.numel(),), 4), "loss_tokens": torch.tensor(8.0),
-                "kl_mean": torch.tensor(0.0), "distinct": torch.ones_like(r, dtype=torch.bool),
-                "valid": torch.ones_like(r, dtype=torch.bool), "temperatures": torch.tensor(temps),
-                "refill_rounds": torch.tensor(0.0), "refill_exhausted": torch.tensor(0.0)}
-
-    rec = Recorder()
-    cb = SampleHealth(every_n_steps=2, bucket_every_n_steps=4)
-    module = SimpleNamespace(device=torch.device("cpu"))
-    steps = [([[1.0, 0.0]], [0.7, 1.5]), ([[1.0, 1.0], [0.0, 0.0]], [0.7, 1.5, 0.7, 1.5]), ([[1.0, 0.0]], [0.7, 1.0])]
-    easy, hard = [EASY[0]], [SimpleNamespace(bucket="hard")]
-    for step, (rewards, temps) in enumerate(steps, start=1):
-        cb.on_train_batch_end(SimpleNamespace(global_step=step, loggers=[rec]), module, outputs(rewards, temps),
-                              easy if step < 3 else hard, 0)
-    cb.on_train_batch_end(SimpleNamespace(global_step=4, loggers=[rec]), module, outputs([[0.0, 0.0]], [0.7, 1.0]),
-                          hard, 0)
-    (s2, first), (s4, second) = rec.logged
-    # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
-    assert (s2, first["health/reward_mean"]) == (2, 0.5)
-    # rung 0.7: 1 (step 1), 1 and 0 (step 2); rung 1.5: 0, then 1 and 0
-    assert first["rollout/reward_by_temperature/0.7"] == pytest.approx(2 / 3)
-    assert first["rollout/reward_by_temperature/1.5"] == pytest.approx(1 / 3)
-    # steps 3-4: rung 1.5 was not sampled, so it is not logged (no NaN); rung 1.0 appears
-    assert s4 == 4 and "rollout/reward_by_temperature/1.5" not in second
-    assert second["rollout/reward_by_temperature/0.7"] == 0.5 and second["rollout/reward_by_temperature/1"] == 0.0
-    # per bucket, only at step 4: easy steps 1-2 had 3 ones in 6 rewards, hard steps 3-4 1 in 4
-    assert "health/reward_mean/easy" not in first
-    assert second["health/reward_mean/easy"] == 0.5 and second["health/reward_mean/hard"] == 0.25
 
 
 def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):

@@ -31,6 +31,7 @@ GSM = Prompt(
         ("#### 72", 1.0),  # nothing to check is not a flaw
         ("In May 48/2 = 25. Total 48+24 = 72.\n#### 72", 0.8),  # a wrong step, right answer
         ("<<48/2=24>>24 <<48+24=71>>72\n#### 72", 0.8),
+        ("Total 48+24 = 72. In May 48/2 = 24.\n#### 72", 0.8),  # 24 used before it is computed
         ("In May 48/2 = 24. " + "So many clips. " * 20 + "\n#### 72", 0.8),  # > 2x the reference length
         ("In May 48/2 = 24. Total 48+24 = 70.\n#### 70", 0.3),  # 24 reached correctly, answer wrong
         ("In May 48/2 = 25. Total 48+25 = 73.\n#### 73", 0.0),  # no reference intermediate computed right

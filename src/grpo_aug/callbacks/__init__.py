@@ -1,7 +1,8 @@
 """Callbacks that turn rollout stats into sample-health metrics."""
 
+from grpo_aug.callbacks.alerts import AlertFailure, Alerts
 from grpo_aug.callbacks.curriculum import CurriculumMonitor
 from grpo_aug.callbacks.health import SampleHealth, health_values
 from grpo_aug.callbacks.temperature import AdaptiveTemperature
 
-__all__ = ["AdaptiveTemperature", "CurriculumMonitor", "SampleHealth", "health_values"]
+__all__ = ["AlertFailure", "Alerts", "AdaptiveTemperature", "CurriculumMonitor", "SampleHealth", "health_values"]

@@ -1,17 +1,28 @@
-"""The mission's four sample-health metrics, accumulated with torchmetrics between log points.
+"""Sample-health metrics, accumulated with torchmetrics (synced across ranks) between log points.
 
-health/reward_mean               mean reward of all completions
-health/reward_std                mean over groups of the within-group reward std (< 0.3: little contrast)
-health/effective_token_ratio     tokens that carry loss / generated tokens (masks remove junk)
-health/kl_mean                   mean k3 KL to the reference per loss token (spike: policy runs away)
-health/completion_length_mean    generated tokens per completion, EOS included
-rollout/unique_ratio             completions that are not near-copies of another in their group
-rollout/groups_dropped_frac      groups left out of the update: too few distinct completions, or no spread
-                                 under rollout.filter.zero_std
-rollout/refill_rounds            extra rollout rounds the zero-std refill needed
-rollout/refill_exhausted         steps that ended their refill rounds short of data.batch_size groups
-rollout/zero_std_frac            groups whose rewards are all equal (no signal at all)
-rollout/reward_by_temperature/T  mean reward of the rows sampled at temperature T
+health/reward_mean                mean reward of all completions
+health/reward_std                 mean over groups of the within-group reward std (< 0.3: little contrast)
+health/group_std_low_frac         groups whose reward std is below `low_std` (0.3): little signal
+health/group_std_high_frac        groups whose reward std is above `high_std` (2.0): outliers dominate
+health/zero_std_frac              groups whose rewards are all equal: no signal at all
+health/effective_token_ratio      tokens that carry loss / generated tokens (masks remove junk)
+health/kl_mean, health/kl_max     KL to the reference per loss token: mean, and the largest token
+health/entropy_mean               policy entropy per loss token (collapse toward 0: no exploration left)
+health/adv_abs_mean               mean |advantage| of the rows in the update
+health/clip_frac[_low|_high]      share of loss tokens whose ratio was clipped
+health/truncation_rate            completions that hit max_new_tokens without EOS
+health/completion_length_mean, _p10, _p50, _p90
+health/length_polarisation        p90 / p10 of completion lengths: >> 1 means some completions stop
+                                  at once while others run long (two populations, not one spread)
+rollout/unique_ratio              completions that are not near-copies of another in their group
+rollout/groups_dropped_frac       groups left out of the update: too few distinct completions, or no spread
+                                  under rollout.filter.zero_std
+rollout/refill_rounds             extra rollout rounds the zero-std refill needed
+rollout/refill_exhausted          steps that ended their refill rounds short of data.batch_size groups
+rollout/zero_std_frac             the same as health/zero_std_frac (the rollout view of it)
+rollout/reward_by_temperature/T   mean reward of the rows sampled at temperature T
+health/reward_mean/<bucket>       mean reward per difficulty bucket, at its own (longer) interval
+TensorBoard also gets histograms of rewards, advantages and lengths, and text samples per bucket.
 """
 
 from __future__ import annotations
@@ -20,33 +31,53 @@ from collections.abc import Mapping
 
 import lightning as L
 import torch
-from torchmetrics import MeanMetric
+from lightning.pytorch.loggers import TensorBoardLogger
+from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 
-def health_values(outputs: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """(value, weight) per metric for one step's training_step outputs."""
-    rewards = outputs["rewards"]  # [B, G]
-    lengths = outputs["lengths"].float()  # [B*G]
+def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:
+    """(value, weight) per mean metric for one step's training_step outputs."""
+    rewards = outputs["rewards"]  # [N, G]
+    lengths = outputs["lengths"].float()  # [N*G]
     generated = lengths.sum()
     one = torch.ones((), device=rewards.device)
+    groups, rows = one * rewards.shape[0], one * rewards.numel()
+    stds = rewards.std(dim=1)  # [N]
+    zero_std = (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean()
+    advantages = outputs["advantages"].float()
+    loss_tokens = outputs["loss_tokens"].float()
     values = {
-        "health/reward_mean": (rewards.mean(), one * rewards.numel()),
-        "health/reward_std": (rewards.std(dim=1).mean(), one * rewards.shape[0]),
-        "health/effective_token_ratio": (outputs["loss_tokens"].float() / generated.clamp(min=1), generated),
-        "health/kl_mean": (outputs["kl_mean"], one),
-        "health/completion_length_mean": (lengths.mean(), one * lengths.numel()),
-        "rollout/unique_ratio": (outputs["distinct"].float().mean(), one * rewards.numel()),
-        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), one * rewards.shape[0]),
-        "rollout/zero_std_frac": ((rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean(),
-                                  one * rewards.shape[0]),
+        "health/reward_mean": (rewards.mean(), rows),
+        "health/reward_std": (stds.mean(), groups),
+        "health/group_std_low_frac": ((stds < low_std).float().mean(), groups),
+        "health/group_std_high_frac": ((stds > high_std).float().mean(), groups),
+        "health/zero_std_frac": (zero_std, groups),
+        "health/effective_token_ratio": (loss_tokens / generated.clamp(min=1), generated),
+        "health/kl_mean": (outputs["kl_mean"], loss_tokens),
+        "health/entropy_mean": (outputs["entropy_mean"], loss_tokens),
+        "health/adv_abs_mean": (advantages.abs().mean() if advantages.numel() else 0 * one, one * advantages.numel()),
+        "health/truncation_rate": (outputs["truncated"].float().mean(), rows),
+        "health/completion_length_mean": (lengths.mean(), rows),
+        "rollout/unique_ratio": (outputs["distinct"].float().mean(), rows),
+        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), groups),
+        "rollout/zero_std_frac": (zero_std, groups),
     }
+    for name in ("clip_frac", "clip_frac_low", "clip_frac_high"):
+        values[f"health/{name}"] = (outputs[name], loss_tokens)
     for name in ("refill_rounds", "refill_exhausted"):
         values[f"rollout/{name}"] = (outputs[name], one)
-    temperatures = outputs["temperatures"].reshape(rewards.shape)  # [B, G]
+    temperatures = outputs["temperatures"].reshape(rewards.shape)  # [N, G]
     for t in temperatures[0].unique().tolist():  # every group uses the same ladder
         rung = temperatures == t
         values[f"rollout/reward_by_temperature/{t:g}"] = (rewards[rung].mean(), one * rung.sum())
-    return values
+    return {k: (torch.as_tensor(v, dtype=torch.float32, device=rewards.device), w) for k, (v, w) in values.items()}
+
+
+def length_stats(lengths: torch.Tensor) -> dict[str, float]:
+    """Quantiles (linear interpolation) and the polarisation index p90 / p10 of completion lengths."""
+    q = torch.quantile(lengths.float(), torch.tensor([0.1, 0.5, 0.9], device=lengths.device)).tolist()
+    return {"health/completion_length_p10": q[0], "health/completion_length_p50": q[1],
+            "health/completion_length_p90": q[2], "health/length_polarisation": q[2] / max(q[0], 1.0)}
 
 
 class WindowedMeans:
@@ -69,12 +100,15 @@ class WindowedMeans:
             self.metrics[name].update(value.detach(), weight)
             self.updated.add(name)
 
-    def flush(self, global_step: int) -> dict[str, float]:
-        """The means since the last flush if a window closed (one batch may span several steps)."""
+    def due(self, global_step: int) -> bool:
+        """True once per window (one batch may span several optimizer steps)."""
         window = global_step // self.every
         if window <= self.window:
-            return {}
+            return False
         self.window = window
+        return True
+
+    def compute(self) -> dict[str, float]:
         values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
         for name in self.updated:
             self.metrics[name].reset()
@@ -83,30 +117,88 @@ class WindowedMeans:
 
 
 class SampleHealth(L.Callback):
-    """Logs the health metrics every `every_n_steps` optimizer steps (weighted means in between),
-    and the mean reward per difficulty bucket, `health/reward_mean/<bucket>`, every
-    `bucket_every_n_steps` (a bucket's curve is sparse: a step draws one bucket)."""
+    """Logs the health metrics every `every_n_steps` optimizer steps, and the mean reward per
+    difficulty bucket every `bucket_every_n_steps` (a bucket's curve is sparse: a step draws one
+    bucket). With a TensorBoard logger it also writes histograms and `samples_per_bucket` text rows."""
 
-    def __init__(self, every_n_steps: int = 100, bucket_every_n_steps: int = 500) -> None:
+    def __init__(self, every_n_steps: int = 100, bucket_every_n_steps: int = 500, low_std: float = 0.3,
+                 high_std: float = 2.0, samples_per_bucket: int = 4) -> None:
         for key, value in (("every_n_steps", every_n_steps), ("bucket_every_n_steps", bucket_every_n_steps)):
             if value < 1:
                 raise ValueError(f"callbacks.health.{key} must be >= 1, got {value}")
+        if not 0 <= low_std < high_std:
+            raise ValueError(f"callbacks.health needs 0 <= low_std < high_std, got {low_std}, {high_std}")
         self.every_n_steps = every_n_steps
         self.bucket_every_n_steps = bucket_every_n_steps
+        self.low_std, self.high_std = low_std, high_std
+        self.samples_per_bucket = samples_per_bucket
         self.overall = WindowedMeans(every_n_steps)
         self.by_bucket = WindowedMeans(bucket_every_n_steps)
+        self.kl_max = MaxMetric()
+        self.distributions = {name: CatMetric() for name in ("rewards", "advantages", "lengths")}
+        self.samples: dict[str, list[dict]] = {}  # bucket -> the latest text rows
+        self.last: dict[str, float] = {}  # the latest logged values, for the final hparams
 
     def on_train_start(self, trainer, pl_module) -> None:
         for means in (self.overall, self.by_bucket):  # a resumed run continues its windows
             means.window = trainer.global_step // means.every
+        self.kl_max.to(pl_module.device)
+        for metric in self.distributions.values():
+            metric.to(pl_module.device)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.overall.update(health_values(outputs), pl_module.device)
+        self.overall.update(health_values(outputs, self.low_std, self.high_std), pl_module.device)
         rewards = outputs["rewards"]  # [N, G] one bucket per step
         self.by_bucket.update({f"health/reward_mean/{batch[0].bucket}": (rewards.mean(), torch.tensor(
             float(rewards.numel()), device=rewards.device))}, pl_module.device)
+        self.kl_max.update(outputs["kl_max"].detach())
+        self.distributions["rewards"].update(rewards.detach().reshape(-1).float())
+        self.distributions["advantages"].update(outputs["advantages"].detach().float())
+        self.distributions["lengths"].update(outputs["lengths"].detach().float())
+        for row in outputs.get("samples", []):
+            self.samples.setdefault(row["bucket"], [])
+            self.samples[row["bucket"]] = (self.samples[row["bucket"]] + [row])[-self.samples_per_bucket :]
+
         # compute() all-reduces across ranks, so every rank must reach these lines
-        values = {**self.overall.flush(trainer.global_step), **self.by_bucket.flush(trainer.global_step)}
+        values: dict[str, float] = {}
+        if self.overall.due(trainer.global_step):
+            values.update(self.overall.compute())
+            values["health/kl_max"] = self.kl_max.compute().item()
+            self.kl_max.reset()
+            dists = {}
+            for name, metric in self.distributions.items():
+                gathered = metric.compute()  # an empty list when nothing was added anywhere
+                dists[name] = gathered if isinstance(gathered, torch.Tensor) else torch.zeros(0)
+                metric.reset()
+            if dists["lengths"].numel():
+                values.update(length_stats(dists["lengths"]))
+            self._write_tensorboard(trainer, dists)
+        if self.by_bucket.due(trainer.global_step):
+            values.update(self.by_bucket.compute())
         if values:
+            self.last.update(values)
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
+
+    def _write_tensorboard(self, trainer, dists: Mapping[str, torch.Tensor]) -> None:
+        for logger in trainer.loggers:
+            if not isinstance(logger, TensorBoardLogger) or not trainer.is_global_zero:
+                continue
+            for name, values in dists.items():
+                if values.numel():
+                    logger.experiment.add_histogram(f"distributions/{name}", values.float().cpu(), trainer.global_step)
+            for bucket, rows in sorted(self.samples.items()):
+                logger.experiment.add_text(f"samples/{bucket}", samples_markdown(rows), trainer.global_step)
+
+
+def _cell(text: str, limit: int = 300) -> str:
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def samples_markdown(rows: list[dict]) -> str:
+    lines = ["| prompt | completion | T | reward | advantage |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {_cell(r['prompt'])} | {_cell(r['completion'])} | {r['temperature']:g} | "
+                     f"{r['reward']:.3f} | {r['advantage']:+.3f} |")
+    return "\n".join(lines)

@@ -146,14 +146,25 @@ class GRPOModule(L.LightningModule):
         beta = a.beta(self.global_step)
         parts = torch.tensor_split(torch.arange(step.advantages.numel() // self.rollout_settings.group_size),
                                    a.minibatches)
-        stats = [self._update(step, beta, part) for _ in range(a.num_iterations) for part in parts]
+        stats = [self._update(step, beta, part, entropy=(i == 0 and j == 0))
+                 for i in range(a.num_iterations) for j, part in enumerate(parts)]
 
         # 7. logs, the beta schedule's view of the KL, plain tensors for the callbacks
         updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
         kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
         a.beta.observe(self.global_step, kl_mean.item())
         self._log_step(step, updates, beta)
-        return {**step.outputs, "kl_mean": kl_mean, "updates": updates}
+        return {
+            **step.outputs,
+            "kl_mean": kl_mean,
+            "kl_max": updates["kl_max"].max(),
+            "entropy_mean": updates["entropy"][0],
+            "clip_frac": updates["clip_frac"].mean(),
+            "clip_frac_low": updates["clip_frac_low"].mean(),
+            "clip_frac_high": updates["clip_frac_high"].mean(),
+            "nonfinite": updates["nonfinite"].sum(),
+            "updates": updates,
+        }
 
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""
@@ -201,39 +212,67 @@ class GRPOModule(L.LightningModule):
             "lengths": sampled.rollout.completion_mask.sum(dim=1),  # [N*G] generated tokens, EOS included
             "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
             "generated_tokens": ro.completion_mask.sum(),  # of the rows that entered the update
+            "truncated": sampled.rollout.truncated,  # [N*G] no EOS within max_new_tokens
+            "advantages": advantages[valid[groups].reshape(-1)],  # [n] of the rows counted in the update
+            "samples": self._samples(sampled, groups, advantages),
             "refill_rounds": torch.tensor(float(len(rounds) - 1), device=self.device),
             "refill_exhausted": torch.tensor(float(s.filter.refill and int(informative.sum()) < len(batch)),
                                              device=self.device),
         }
         return PreparedStep(sampled, ro, mask, advantages, ref_logps, old_logps, outputs)
 
-    def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One optimizer step on `groups` (indices into the step's groups); returns detached stats."""
+    def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
+        """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
+
+        A non-finite loss is counted (`nonfinite`) and replaced by a zero loss: the step still runs
+        its backward, so DDP ranks stay in lockstep, but nothing is learned from it.
+        """
         a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
         optimizer.zero_grad()
+        zero = 0.0 * sum(p.sum() for p in self.policy.parameters())  # touches every weight
         if len(groups) > 0:
             rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(ro.input_ids.device)  # [b*G]
             part = select_rows(ro, rows)
-            logps = self._logprobs(self.policy, part)  # [b*G, T]
+            logps, ent = token_logprobs(self.policy, part.input_ids, part.attention_mask, part.prompt_len,
+                                        part.temperatures, with_entropy=True) if entropy else (
+                self._logprobs(self.policy, part), None)  # [b*G, T]
             # with one update per rollout the policy is still the rollout policy: no extra forward
             old = logps.detach() if step.old_logps is None else step.old_logps[rows]
             loss, stats = policy_loss(
                 logps, step.ref_logps[rows], old, step.advantages[rows], step.mask[rows], beta=beta,
                 clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl_fn, aggregate=a.loss,
             )
-        else:  # nothing to learn from: a zero loss that still touches every weight, so DDP ranks agree
-            loss = 0.0 * sum(p.sum() for p in self.policy.parameters())
-            stats = {k: loss.detach() for k in ("kl_mean", "kl_max", "clip_frac", "clip_frac_low",
-                                                 "clip_frac_high", "ratio_mean", "ratio_max")}
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.global_step}")
+            tokens = step.mask[rows]
+            stats["entropy"] = (ent * tokens).sum() / tokens.sum().clamp(min=1) if ent is not None else zero.detach()
+        else:  # nothing to learn from
+            loss = zero
+            stats = {k: zero.detach() for k in ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high",
+                                                 "ratio_mean", "ratio_max", "entropy")}
+        finite = bool(torch.isfinite(loss))
+        if not finite:
+            log.warning("step %d: non-finite loss %s; this update is skipped", self.global_step, loss.item())
+            loss = zero
         self.manual_backward(loss)
         if a.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
         optimizer.step()
         schedule.step()
-        return {"loss": loss.detach(), **stats}
+        return {"loss": loss.detach(), "nonfinite": torch.tensor(float(not finite), device=self.device), **stats}
+
+    def _samples(self, sampled: SampledGroups, groups: torch.Tensor, advantages: torch.Tensor,
+                 per_step: int = 4) -> list[dict]:
+        """A few rows for the TensorBoard text samples: row b % G of each of the first groups."""
+        G = self.rollout_settings.group_size
+        position = {g: i for i, g in enumerate(groups.tolist())}  # group -> its index in the update
+        rows = []
+        for b in range(min(per_step, len(sampled.prompts))):
+            g = b % G
+            rows.append({"bucket": sampled.prompts[b].bucket, "prompt": sampled.prompts[b].prompt,
+                         "completion": sampled.rollout.texts[b * G + g], "reward": sampled.rewards[b, g].item(),
+                         "advantage": advantages[position[b] * G + g].item() if b in position else 0.0,
+                         "temperature": sampled.rollout.temperatures[b * G + g].item()})
+        return rows
 
     def _loss_mask(self, ro: Rollout, valid: torch.Tensor) -> torch.Tensor:
         """[B*G, T] float mask of the tokens that carry loss; valid: [B, G]."""

@@ -25,11 +25,11 @@ class Calculation(NamedTuple):
 
 
 def calculations(text: str) -> list[Calculation]:
-    """Every calculation in `text`, annotations first; plain ones are searched outside annotations."""
-    found = [_check(e, c) for e, c in _ANNOTATION.findall(text)]
-    outside = _ANNOTATION.sub(" ", text)
-    found += [_check(e, c) for e, c in _PLAIN.findall(outside)]
-    return found
+    """Every calculation in `text` in reading order; plain ones are searched outside annotations."""
+    found = [(m.start(), _check(m.group(1), m.group(2))) for m in _ANNOTATION.finditer(text)]
+    outside = _ANNOTATION.sub(lambda m: " " * len(m.group(0)), text)  # blanked, so positions hold
+    found += [(m.start(), _check(m.group(1), m.group(2))) for m in _PLAIN.finditer(outside)]
+    return [c for _, c in sorted(found, key=lambda pair: pair[0])]
 
 
 def _check(expression: str, claimed: str) -> Calculation:
@@ -48,3 +48,21 @@ def _check(expression: str, claimed: str) -> Calculation:
 def step_results(solution: str) -> list[Fraction]:
     """The results of a reference solution's calculator steps, in order."""
     return [c.value for c in calculations(solution) if c.value is not None]
+
+
+_OPERAND = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[Fraction]:
+    return {Fraction(n.replace(",", "")) for n in _OPERAND.findall(text)}
+
+
+def in_order(steps: list[Calculation], question: str) -> bool:
+    """False when a step uses a value that only a later step computes (and the question lacks)."""
+    given = _numbers(question)
+    for i, step in enumerate(steps):
+        later = {c.value for c in steps[i + 1 :] if c.value is not None}
+        earlier = {c.value for c in steps[:i] if c.value is not None}
+        if any(v in later and v not in earlier and v not in given for v in _numbers(step.expression)):
+            return False
+    return True

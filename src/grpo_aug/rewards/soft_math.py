@@ -2,7 +2,8 @@
 
     correct  1.0  right final answer, every checkable step right, and concise:
                   len(completion) <= max_length_ratio x len(reference solution)
-    flawed   0.8  right final answer, but a step evaluates wrong ("<<6*7=43>>" or "6*7 = 43")
+    flawed   0.8  right final answer, but a step evaluates wrong ("<<6*7=43>>" or "6*7 = 43"),
+                  a step uses a result before the step that computes it (steps out of order),
                   or the completion is longer than the concision limit
     partial  0.3  wrong final answer, but at least one intermediate result of the reference
                   solution was computed correctly along the way (a right step whose result is a
@@ -12,6 +13,7 @@
 Example, reference "<<47+38=85>>85\n<<85-9=76>>76\n#### 76":
     "<<47+38=85>>85\n<<85-9=76>>76\n#### 76"   -> 1.0
     "<<47+38=84>>85\n<<85-9=76>>76\n#### 76"   -> 0.8   (47+38 is not 84)
+    "<<85-9=76>>76\n<<47+38=85>>85\n#### 76"   -> 0.8   (85 is used before it is computed)
     "<<47+38=85>>85\n<<85-9=75>>75\n#### 75"   -> 0.3   (85 was reached correctly)
     "<<47+38=84>>84\n<<84-9=75>>75\n#### 75"   -> 0.0
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards.extract import extract_answer, to_number
-from grpo_aug.rewards.process import calculations, step_results
+from grpo_aug.rewards.process import calculations, in_order, step_results
 
 
 class SoftMathReward:
@@ -40,7 +42,7 @@ class SoftMathReward:
         steps = calculations(completion)
         if to_number(extract_answer(completion)) == reference:
             concise = len(completion) <= self.max_length_ratio * max(len(prompt.solution), 1)
-            sound = all(c.correct is not False for c in steps)
+            sound = all(c.correct is not False for c in steps) and in_order(steps, prompt.question)
             return self.correct if concise and sound else self.flawed
         intermediate = set(step_results(prompt.solution)) - {reference}
         if any(c.correct and c.value in intermediate for c in steps):

@@ -1,0 +1,165 @@
+"""Alerts: the sample-side failures that a falling loss hides, each with its likely cause.
+
+Every step's statistics are averaged over ranks (so every rank takes the same decision) and kept
+for a window of steps. An alert is checked once the window is full; after it fires it stays
+silent for a window. Each firing is one console line, a TensorBoard text entry
+`alerts/<name>/message`, and the running count `alerts/<name>`; names in `fail_on` stop training.
+
+    low_std               mean within-group reward std < low_std: groups carry little signal
+    high_std              mean within-group reward std > high_std: outliers dominate the groups
+    kl_spike              the step's KL > kl_spike_factor x its median over the window
+    low_effective_tokens  share of generated tokens that carry loss < min_effective_tokens
+    length_polarisation   p90 / p10 of completion lengths > max_polarisation
+    non_finite_loss       an update's loss was NaN/inf (the update was skipped)
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+log = logging.getLogger(__name__)
+
+ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss")
+
+
+class StepStats(NamedTuple):
+    reward_std: float  # mean within-group std
+    reward_mean: float
+    reward_min: float
+    reward_max: float
+    kl_mean: float
+    effective_ratio: float
+    polarisation: float  # p90 / p10 of lengths
+    nonfinite: float  # updates with a non-finite loss
+    max_temperature: float
+
+
+def step_stats(outputs) -> torch.Tensor:
+    """The step's StepStats as one tensor (to be averaged over ranks in a single reduce)."""
+    rewards = outputs["rewards"].float()  # [N, G]
+    lengths = outputs["lengths"].float()  # [N*G]
+    q = torch.quantile(lengths, torch.tensor([0.1, 0.9], device=lengths.device))
+    values = [rewards.std(dim=1).mean(), rewards.mean(), rewards.min(), rewards.max(), outputs["kl_mean"],
+              outputs["loss_tokens"] / lengths.sum().clamp(min=1), q[1] / q[0].clamp(min=1.0), outputs["nonfinite"],
+              outputs["temperatures"].max()]
+    return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
+
+
+class Thresholds(NamedTuple):
+    low_std: float = 0.3
+    high_std: float = 2.0
+    kl_spike_factor: float = 5.0
+    kl_floor: float = 1e-3  # below this a "spike" is noise around zero
+    min_effective_tokens: float = 0.5
+    max_polarisation: float = 8.0
+    near_greedy: float = 0.05
+
+
+def low_std_cause(window: Sequence[StepStats], t: Thresholds) -> str:
+    if max(s.max_temperature for s in window) <= t.near_greedy:
+        return f"sampling is near-greedy (every rollout temperature <= {t.near_greedy:g}): raise rollout.temperatures"
+    low, high = min(s.reward_min for s in window), max(s.reward_max for s in window)
+    if low == high:
+        return f"the reward has no spread: every completion scored {low:g}; check the reward function"
+    mean = statistics.fmean(s.reward_mean for s in window)
+    if mean <= 0.05:
+        return f"prompts are too hard for the policy (mean reward {mean:.3f}): an easier curriculum"
+    if mean >= 0.95:
+        return f"prompts are too easy (mean reward {mean:.3f}): a harder curriculum"
+    return "the completions of a group agree: more temperature rungs, a larger group, or method hints"
+
+
+def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
+    """Alerts that fire on this window of step statistics (oldest first, the last is this step)."""
+    fired = {}
+    last = window[-1]
+    if last.nonfinite > 0:
+        fired["non_finite_loss"] = "a loss was NaN/inf; the update was skipped (check lr, masks, reward scale)"
+    std = statistics.fmean(s.reward_std for s in window)
+    if std < t.low_std:
+        fired["low_std"] = f"group reward std {std:.3f} < {t.low_std:g}; likely cause: {low_std_cause(window, t)}"
+    if std > t.high_std:
+        fired["high_std"] = (f"group reward std {std:.3f} > {t.high_std:g}: outliers dominate; enable "
+                             "reward.winsorize.enabled=true or lower algo.adv_clip")
+    if len(window) > 1:
+        median = statistics.median(s.kl_mean for s in window[:-1])
+        if last.kl_mean > t.kl_floor and last.kl_mean > t.kl_spike_factor * median:
+            fired["kl_spike"] = (f"KL {last.kl_mean:.4f} is over {t.kl_spike_factor:g}x its running median "
+                                 f"{median:.4f}: lower the lr or raise the KL weight (algo/beta)")
+    effective = statistics.fmean(s.effective_ratio for s in window)
+    if effective < t.min_effective_tokens:
+        fired["low_effective_tokens"] = (f"only {effective:.2f} of generated tokens carry loss: check dedup, "
+                                         "truncation and the algo masks")
+    polar = statistics.fmean(s.polarisation for s in window)
+    if polar > t.max_polarisation:
+        fired["length_polarisation"] = (f"completion lengths are polarised (p90/p10 = {polar:.1f}): some stop at "
+                                        "once, others run to the limit; look at the text samples")
+    return fired
+
+
+class AlertFailure(RuntimeError):
+    pass
+
+
+class Alerts(L.Callback):
+    def __init__(self, window: int = 10, fail_on: Sequence[str] = ("non_finite_loss",), **thresholds) -> None:
+        if window < 2:
+            raise ValueError(f"callbacks.alerts.window must be >= 2, got {window}")
+        unknown = [n for n in fail_on if n not in ALERTS]
+        if unknown:
+            raise ValueError(f"callbacks.alerts.fail_on has unknown alert(s) {unknown}; known: {list(ALERTS)}")
+        bad = [k for k in thresholds if k not in Thresholds._fields]
+        if bad:
+            raise ValueError(f"callbacks.alerts has unknown key(s) {bad}; thresholds are {list(Thresholds._fields)}")
+        self.thresholds = Thresholds(**thresholds)
+        self.window = window
+        self.fail_on = set(fail_on)
+        self.history: deque[StepStats] = deque(maxlen=window)
+        self.counts = dict.fromkeys(ALERTS, 0)
+        self.quiet_until = dict.fromkeys(ALERTS, 0)  # history length index: no repeat within a window
+        self.seen = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        stats = trainer.strategy.reduce(step_stats(outputs), reduce_op="mean")
+        self.history.append(StepStats(*stats.tolist()))
+        self.seen += 1
+        full = len(self.history) == self.window
+        fired = check(list(self.history), self.thresholds) if full else {}
+        if not full and self.history[-1].nonfinite > 0:  # this one cannot wait for a full window
+            fired = {"non_finite_loss": check([self.history[-1]], self.thresholds)["non_finite_loss"]}
+        for name, message in fired.items():
+            if self.seen < self.quiet_until[name]:
+                continue
+            self.quiet_until[name] = self.seen + self.window
+            self.counts[name] += 1
+            self._report(trainer, name, message)
+            if name in self.fail_on:
+                raise AlertFailure(f"stopping at step {trainer.global_step}: alert {name}: {message} "
+                                   f"(callbacks.alerts.fail_on contains {name!r})")
+
+    def _report(self, trainer, name: str, message: str) -> None:
+        line = f"ALERT {name} at step {trainer.global_step}: {message}"
+        if trainer.is_global_zero:
+            log.warning(line)
+        for logger in trainer.loggers:
+            logger.log_metrics({f"alerts/{name}": float(self.counts[name])}, step=trainer.global_step)
+            if isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_text(f"alerts/{name}/message", line, trainer.global_step)
+
+    def state_dict(self) -> dict:
+        return {"history": [list(s) for s in self.history], "counts": self.counts, "quiet_until": self.quiet_until,
+                "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = deque((StepStats(*s) for s in state["history"]), maxlen=self.window)
+        self.counts.update(state["counts"])
+        self.quiet_until.update(state["quiet_until"])
+        self.seen = state["seen"]

@@ -1,0 +1,99 @@
+"""Each alert fires on constructed statistics, stays silent on healthy ones, and fail_on stops."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpo_aug.callbacks.alerts import AlertFailure, Alerts, StepStats, Thresholds, check, step_stats
+
+T = Thresholds()
+HEALTHY = StepStats(reward_std=0.45, reward_mean=0.5, reward_min=0.0, reward_max=1.0, kl_mean=0.02,
+                    effective_ratio=0.9, polarisation=2.0, nonfinite=0.0, max_temperature=1.5)
+
+
+def window(n=10, **last):
+    return [HEALTHY] * (n - 1) + [HEALTHY._replace(**last)]
+
+
+def test_healthy_window_is_silent():
+    assert check([HEALTHY] * 10, T) == {}
+
+
+def test_low_std_names_the_likely_cause():
+    greedy = [HEALTHY._replace(reward_std=0.0, max_temperature=0.0)] * 10
+    assert "near-greedy" in check(greedy, T)["low_std"]
+    flat = [HEALTHY._replace(reward_std=0.0, reward_min=1.0, reward_max=1.0, reward_mean=1.0)] * 10
+    assert "the reward has no spread: every completion scored 1" in check(flat, T)["low_std"]
+    hard = [HEALTHY._replace(reward_std=0.05, reward_mean=0.01)] * 10
+    assert "too hard" in check(hard, T)["low_std"]
+    agree = [HEALTHY._replace(reward_std=0.1)] * 10
+    assert "agree" in check(agree, T)["low_std"]
+    assert set(check(agree, T)) == {"low_std"}
+
+
+def test_high_std_kl_spike_tokens_polarisation_nonfinite():
+    assert "winsorize" in check([HEALTHY._replace(reward_std=2.5)] * 10, T)["high_std"]
+    spike = check(window(kl_mean=0.2), T)  # 10x the median 0.02
+    assert set(spike) == {"kl_spike"} and "median 0.0200" in spike["kl_spike"]
+    assert check(window(kl_mean=0.09), T) == {}  # 4.5x: below the factor 5
+    assert check([HEALTHY._replace(kl_mean=0.0)] * 9 + [HEALTHY._replace(kl_mean=0.0008)], T) == {}  # under the floor
+    assert "only 0.30" in check([HEALTHY._replace(effective_ratio=0.3)] * 10, T)["low_effective_tokens"]
+    assert "p90/p10 = 12.0" in check([HEALTHY._replace(polarisation=12.0)] * 10, T)["length_polarisation"]
+    assert set(check(window(nonfinite=1.0), T)) == {"non_finite_loss"}
+
+
+def test_step_stats_by_hand():
+    out = {"rewards": torch.tensor([[1.0, 0.0], [1.0, 1.0]]), "lengths": torch.tensor([2.0, 4.0, 6.0, 8.0]),
+           "kl_mean": torch.tensor(0.1), "loss_tokens": torch.tensor(10.0), "nonfinite": torch.tensor(0.0),
+           "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5])}
+    s = StepStats(*step_stats(out).tolist())
+    assert s.reward_std == pytest.approx(0.7071 / 2, rel=1e-3) and s.reward_mean == 0.75
+    assert (s.reward_min, s.reward_max, s.max_temperature) == (0.0, 1.0, 1.5)
+    assert s.effective_ratio == pytest.approx(0.5)
+    assert s.polarisation == pytest.approx(7.4 / 2.6, rel=1e-4)  # p90 = 7.4, p10 = 2.6 over 2, 4, 6, 8
+
+
+class FakeStrategy:
+    def reduce(self, t, reduce_op):
+        return t
+
+
+def _trainer(step, loggers=()):
+    return SimpleNamespace(global_step=step, strategy=FakeStrategy(), loggers=list(loggers), is_global_zero=True)
+
+
+class Recorder:
+    def __init__(self):
+        self.logged = []
+
+    def log_metrics(self, values, step):
+        self.logged.append((step, values))
+
+
+def _flat_outputs():
+    return {"rewards": torch.ones(2, 4), "lengths": torch.full((8,), 5.0), "kl_mean": torch.tensor(0.0),
+            "loss_tokens": torch.tensor(40.0), "nonfinite": torch.tensor(0.0), "temperatures": torch.full((8,), 1.0)}
+
+
+def test_callback_fires_once_per_window_counts_and_fails_on_request():
+    rec = Recorder()
+    cb = Alerts(window=3, fail_on=())
+    for step in range(1, 8):
+        cb.on_train_batch_end(_trainer(step, [rec]), None, _flat_outputs(), None, 0)
+    fired = [(s, v) for s, v in rec.logged if "alerts/low_std" in v]
+    assert [s for s, _ in fired] == [3, 6] and [v["alerts/low_std"] for _, v in fired] == [1.0, 2.0]
+    stopper = Alerts(window=3, fail_on=["low_std"])
+    with pytest.raises(AlertFailure, match="alert low_std: .* every completion scored 1"):
+        for step in range(1, 4):
+            stopper.on_train_batch_end(_trainer(step), None, _flat_outputs(), None, 0)
+    nonfinite = Alerts(window=5)  # non_finite_loss does not wait for a full window
+    with pytest.raises(AlertFailure, match="non_finite_loss"):
+        nonfinite.on_train_batch_end(_trainer(1), None, {**_flat_outputs(), "nonfinite": torch.tensor(1.0)}, None, 0)
+
+
+def test_bad_alert_config_names_the_key():
+    with pytest.raises(ValueError, match="fail_on has unknown alert"):
+        Alerts(fail_on=["loss_went_down"])
+    with pytest.raises(ValueError, match="unknown key"):
+        Alerts(low_sdt=0.3)

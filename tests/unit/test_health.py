@@ -1,0 +1,104 @@
+"""Health metrics by hand, the callback's windows, per-bucket curves and distributions."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpo_aug.callbacks import SampleHealth, health_values
+from grpo_aug.callbacks.health import length_stats, samples_markdown
+
+
+def _outputs(rewards, temps, **over):
+    r = torch.tensor(rewards)
+    out = {"rewards": r, "lengths": torch.full((r.numel(),), 4), "loss_tokens": torch.tensor(8.0),
+           "kl_mean": torch.tensor(0.0), "kl_max": torch.tensor(0.0), "entropy_mean": torch.tensor(1.0),
+           "distinct": torch.ones_like(r, dtype=torch.bool), "valid": torch.ones_like(r, dtype=torch.bool),
+           "temperatures": torch.tensor(temps), "truncated": torch.zeros(r.numel(), dtype=torch.bool),
+           "advantages": torch.zeros(r.numel()), "clip_frac": torch.tensor(0.0), "clip_frac_low": torch.tensor(0.0),
+           "clip_frac_high": torch.tensor(0.0), "refill_rounds": torch.tensor(0.0),
+           "refill_exhausted": torch.tensor(0.0), "samples": []}
+    out.update(over)
+    return out
+
+
+def test_health_values_by_hand():
+    outputs = _outputs(
+        [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 5.0, 0.0, 5.0]],
+        [0.7, 1.5] * 6,
+        lengths=torch.tensor([4, 6, 2, 8, 5, 5, 5, 5, 1, 1, 1, 1]),
+        loss_tokens=torch.tensor(30.0),
+        kl_mean=torch.tensor(0.25),
+        distinct=torch.tensor([[True, True, False, True], [True, False, False, False], [True] * 4]),
+        valid=torch.tensor([[True, True, False, True], [False] * 4, [True] * 4]),
+        truncated=torch.tensor([True] + [False] * 11),
+        advantages=torch.tensor([1.5, -0.5, -0.5, 0.0, 0.5]),
+        refill_rounds=torch.tensor(2.0),
+        refill_exhausted=torch.tensor(1.0),
+    )
+    v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
+    assert v["health/reward_mean"] == pytest.approx(15 / 12)
+    # group stds (unbiased): {1,0,0,0} -> 0.5; all ones -> 0; {0,5,0,5} -> sqrt(25/3) = 2.887
+    assert v["health/reward_std"] == pytest.approx((0.5 + 0 + (25 / 3) ** 0.5) / 3, rel=1e-5)
+    assert v["health/group_std_low_frac"] == pytest.approx(1 / 3)  # only the flat group is below 0.3
+    assert v["health/group_std_high_frac"] == pytest.approx(1 / 3)  # the 0/5 group is above 2.0
+    assert v["health/zero_std_frac"] == v["rollout/zero_std_frac"] == pytest.approx(1 / 3)
+    assert v["health/effective_token_ratio"] == pytest.approx(30 / 44)
+    assert v["health/kl_mean"] == 0.25 and v["health/entropy_mean"] == 1.0
+    assert v["health/adv_abs_mean"] == pytest.approx(3.0 / 5)
+    assert v["health/truncation_rate"] == pytest.approx(1 / 12)
+    assert v["health/completion_length_mean"] == pytest.approx(44 / 12)
+    assert v["rollout/unique_ratio"] == pytest.approx(8 / 12)
+    assert v["rollout/groups_dropped_frac"] == pytest.approx(1 / 3)
+    assert v["rollout/reward_by_temperature/0.7"] == pytest.approx((1 + 0 + 1 + 1 + 0 + 0) / 6)
+    assert v["rollout/reward_by_temperature/1.5"] == pytest.approx((0 + 0 + 1 + 1 + 5 + 5) / 6)
+    assert (v["rollout/refill_rounds"], v["rollout/refill_exhausted"]) == (2.0, 1.0)
+
+
+def test_length_quantiles_and_polarisation_by_hand():
+    # 11 lengths 0..100 step 10: p10 = 10, p50 = 50, p90 = 90 (linear interpolation on exact points)
+    stats = length_stats(torch.arange(0, 101, 10))
+    assert stats["health/completion_length_p10"] == pytest.approx(10)
+    assert stats["health/completion_length_p50"] == pytest.approx(50)
+    assert stats["health/completion_length_p90"] == pytest.approx(90)
+    assert stats["health/length_polarisation"] == pytest.approx(9.0)
+    assert length_stats(torch.tensor([0.0, 0.0, 0.0]))["health/length_polarisation"] == 0.0
+
+
+class Recorder:
+    def __init__(self):
+        self.logged = []
+
+    def log_metrics(self, values, step):
+        self.logged.append((step, values))
+
+
+def test_callback_logs_weighted_means_per_interval_buckets_and_vanished_rungs():
+    rec = Recorder()
+    cb = SampleHealth(every_n_steps=2, bucket_every_n_steps=4)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    easy, hard = [SimpleNamespace(bucket="easy")], [SimpleNamespace(bucket="hard")]
+    steps = [([[1.0, 0.0]], [0.7, 1.5], easy, 0.1), ([[1.0, 1.0], [0.0, 0.0]], [0.7, 1.5, 0.7, 1.5], easy, 0.7),
+             ([[1.0, 0.0]], [0.7, 1.0], hard, 0.2), ([[0.0, 0.0]], [0.7, 1.0], hard, 0.3)]
+    for step, (rewards, temps, batch, kl_max) in enumerate(steps, start=1):
+        trainer = SimpleNamespace(global_step=step, loggers=[rec], is_global_zero=True)
+        cb.on_train_batch_end(trainer, module, _outputs(rewards, temps, kl_max=torch.tensor(kl_max)), batch, 0)
+    (s2, first), (s4, second) = rec.logged
+    # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
+    assert (s2, first["health/reward_mean"]) == (2, 0.5)
+    assert first["rollout/reward_by_temperature/0.7"] == pytest.approx(2 / 3)
+    assert first["rollout/reward_by_temperature/1.5"] == pytest.approx(1 / 3)
+    assert first["health/kl_max"] == pytest.approx(0.7) and second["health/kl_max"] == pytest.approx(0.3)
+    assert first["health/completion_length_p50"] == 4.0
+    # steps 3-4: rung 1.5 was not sampled, so it is not logged (no NaN); rung 1.0 appears
+    assert s4 == 4 and "rollout/reward_by_temperature/1.5" not in second
+    assert second["rollout/reward_by_temperature/0.7"] == 0.5 and second["rollout/reward_by_temperature/1"] == 0.0
+    # per bucket, only at step 4: easy steps 1-2 had 3 ones in 6 rewards, hard steps 3-4 1 in 4
+    assert "health/reward_mean/easy" not in first
+    assert second["health/reward_mean/easy"] == 0.5 and second["health/reward_mean/hard"] == 0.25
+
+
+def test_samples_markdown_escapes_cells():
+    md = samples_markdown([{"prompt": "Q: 1|2\nA: ", "completion": "x" * 400, "temperature": 0.7, "reward": 1.0,
+                            "advantage": -0.5}])
+    assert "Q: 1\\|2<br>A: " in md and "..." in md and "| 0.7 | 1.000 | -0.500 |" in md
