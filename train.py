@@ -2,17 +2,27 @@
 
     python train.py                                   # default: tiny offline model, synthetic task
     python train.py data=gsm8k rollout.group_size=16 trainer.max_steps=1000
+    python train.py mode=preflight                    # check the samples first; exit 1 on a failed check
 """
+
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from grpo_aug.pipeline import train
+from grpo_aug.preflight import preflight
+
+MODES = {"train": lambda cfg: train(cfg) and 0, "preflight": preflight}
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    train(cfg)
+    if cfg.mode not in MODES:
+        raise ValueError(f"mode must be one of {sorted(MODES)}, got {cfg.mode!r}")
+    status = MODES[cfg.mode](cfg)
+    if status:
+        sys.exit(status)
 
 
 if __name__ == "__main__":

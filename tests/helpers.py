@@ -22,10 +22,11 @@ def compose_cfg(tmp_path: Path, overrides: list[str]):
         return compose(config_name="train", overrides=paths + overrides)
 
 
-def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    """`python train.py ...` in a subprocess, run dir and cache under tmp_path."""
+def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600,
+              cache: Path | None = None) -> subprocess.CompletedProcess:
+    """`python train.py ...` in a subprocess, run dir (and cache, unless given) under tmp_path."""
     args = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}/run",
-            f"paths.cache_dir={tmp_path}/cache", *overrides]
+            f"paths.cache_dir={cache or tmp_path / 'cache'}", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -41,6 +42,25 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
         for tag in acc.Tags()["scalars"]:
             scalars.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
     return scalars
+
+
+def read_events(run_dir: Path) -> dict[str, dict]:
+    """Histograms and text entries of the run's event files: {'histograms': {tag: [(step, count)]},
+    'texts': {tag: [(step, text)]}}, read with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, dict] = {"histograms": {}, "texts": {}}
+    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(f), size_guidance={"histograms": 0, "tensors": 0})
+        acc.Reload()
+        for tag in acc.Tags()["histograms"]:
+            out["histograms"].setdefault(tag, []).extend((e.step, e.histogram_value.num) for e in acc.Histograms(tag))
+        for tag in acc.Tags()["tensors"]:
+            for e in acc.Tensors(tag):
+                if e.tensor_proto.string_val:
+                    name = tag.removesuffix("/text_summary")  # add_text's own suffix
+                    out["texts"].setdefault(name, []).append((e.step, e.tensor_proto.string_val[0].decode()))
+    return out
 
 
 def all_finite(values: list[tuple[int, float]]) -> bool:

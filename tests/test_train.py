@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import TINY, all_finite, read_scalars, run_train
+from helpers import TINY, all_finite, read_events, read_scalars, run_train
 
 HEALTH = [
     "health/reward_mean",
@@ -31,15 +31,37 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 2, 4]  # before step 1, then every 2
     for b in ("easy", "medium", "hard"):
         assert [step for step, _ in scalars[f"curriculum/weight/{b}"]] == [1, 2, 3, 4]
-    # debug=fast: 4 steps of a 4-step run, staged default: 80% easy in the first 20% of steps
-    assert scalars["curriculum/weight/easy"][0][1] == pytest.approx(0.8)
+    # debug=fast: 4 steps of a 4-step run, staged default: easy only in the first 20% of steps
+    assert scalars["curriculum/weight/easy"][0][1] == pytest.approx(1.0)
     assert {v for _, v in scalars["curriculum/bucket"]} <= {0.0, 1.0, 2.0}
     per_bucket = [k for k in scalars if k.startswith("health/reward_mean/")]
     assert per_bucket and all(all_finite(scalars[k]) and {s for s, _ in scalars[k]} <= {2, 4} for k in per_bucket)
+    events = read_events(run)
+    for name in ("rewards", "advantages", "lengths"):
+        assert [s for s, _ in events["histograms"][f"distributions/{name}"]][:2] == [1, 2]
+    # debug=fast: 2 prompts x G=4 per step -> 8 rewards and 8 lengths per histogram
+    assert events["histograms"]["distributions/rewards"][0][1] == 8
+    samples = [t for tag, rows in events["texts"].items() if tag.startswith("samples/") for _, t in rows]
+    assert samples and "| prompt | completion | T | reward | advantage |" in samples[0] and "Q: What is" in samples[0]
+    for tag in ("health/completion_length_p50", "health/length_polarisation", "health/entropy_mean",
+                "health/truncation_rate", "health/kl_max", "health/adv_abs_mean", "health/group_std_low_frac"):
+        assert all_finite(scalars.get(tag, [])), tag
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 4
     assert all(k.startswith(("policy.", "val_")) for k in last["state_dict"])  # no reference weights
     assert (run / "policy" / "model.safetensors").is_file()
+
+
+def test_fail_on_stops_the_run_with_the_alert(tmp_path):
+    result = run_train(tmp_path, ["debug=fast", *TINY, "rollout.temperatures=[0.0]", "callbacks.alerts.window=2",
+                                  "callbacks.alerts.fail_on=[low_std]", "trainer.max_steps=8"])
+    assert result.returncode != 0
+    assert "alert low_std" in result.stderr and "sampling is near-greedy" in result.stderr
+    assert "callbacks.alerts.fail_on contains 'low_std'" in result.stderr
+    scalars = read_scalars(tmp_path / "run")
+    assert max(step for step, _ in scalars["health/reward_mean"]) == 2  # stopped at the second step
+    texts = read_events(tmp_path / "run")["texts"]
+    assert "near-greedy" in texts["alerts/low_std/message"][0][1]
 
 
 def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
@@ -139,6 +161,18 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert "Starting with 2 processes" in result.stderr + result.stdout
     scalars = read_scalars(tmp_path / "run")
     assert all_finite(scalars["health/reward_std"]) and all_finite(scalars["eval/accuracy/easy"])
+
+
+@pytest.mark.slow
+def test_preflight_passes_on_default_and_fails_when_greedy(tmp_path):
+    ok = run_train(tmp_path / "a", ["mode=preflight"], timeout=1200, cache=tmp_path / "cache")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "preflight passed" in ok.stdout and ok.stdout.count("PASS") == 3
+    assert (tmp_path / "a" / "run" / "preflight.png").stat().st_size > 10_000
+    greedy = run_train(tmp_path / "b", ["mode=preflight", "rollout.temperatures=[0.0]"], cache=tmp_path / "cache")
+    assert greedy.returncode == 1
+    assert "preflight FAILED: group reward std is informative" in greedy.stdout
+    assert "median within-group std 0.000" in greedy.stdout
 
 
 @pytest.mark.slow

@@ -36,7 +36,8 @@ def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> 
     return str(path)
 
 
-def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule]:
+def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
+    """Module, data and callbacks, without a Trainer (preflight needs no more)."""
     # settings first: a bad value fails here, before any data or model is loaded
     rollout = instantiate(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
@@ -62,6 +63,11 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         lr_warmup_steps=cfg.model.lr_warmup_steps,
         prompt_pool=datamodule.draw_prompts,
     )
+    return module, datamodule, callbacks
+
+
+def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule]:
+    module, datamodule, callbacks = build_parts(cfg)
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return trainer, module, datamodule

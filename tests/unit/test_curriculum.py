@@ -20,7 +20,7 @@ def test_default_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_
     assert all(w["easy"] >= 0.7 for w in early)
     hard = [schedule.weights(s, total)["hard"] for s in range(total)]
     assert hard == sorted(hard) and hard[-1] > hard[0]
-    assert schedule.weights(49, total) == {"easy": 0.8, "medium": 0.2, "hard": 0.0}
+    assert schedule.weights(49, total) == {"easy": 1.0, "medium": 0.0, "hard": 0.0}
     assert schedule.weights(50, total) == {"easy": 0.7, "medium": 0.2, "hard": 0.1}
     assert schedule.weights(249, total) == {"easy": 0.3, "medium": 0.3, "hard": 0.4}
 

@@ -1,0 +1,196 @@
+"""`python train.py mode=preflight`: roll out a few batches without training and check the samples.
+
+The mission's three checks, each with the numbers behind it:
+  1. group reward std is informative: median within-group std >= min_median_std and the share
+     of zero-std groups <= max_zero_std_frac;
+  2. the length distribution is healthy: truncation rate <= max_truncation and p90/p10 of the
+     lengths <= max_polarisation;
+  3. the reward discriminates quality: each prompt's reference solution is scored against three
+     corruptions of it (wrong final number, steps out of order, cut off before the answer); the
+     AUC is the share of (reference, corruption) pairs where the reference scores higher, ties
+     counting half, and must be >= min_auc.
+Writes preflight.png (reward and length distributions) into the run directory; the exit status
+is non-zero when a check fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from grpo_aug.data.records import Prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    batches: int = 4
+    min_median_std: float = 0.3
+    max_zero_std_frac: float = 0.5
+    max_truncation: float = 0.2
+    max_polarisation: float = 8.0
+    min_auc: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.batches < 1:
+            raise ValueError(f"preflight.batches must be >= 1, got {self.batches}")
+        for key in ("max_zero_std_frac", "max_truncation", "min_auc"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"preflight.{key} must be in [0, 1], got {getattr(self, key)}")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    numbers: str
+
+
+# -- corruptions of a reference solution -------------------------------------------------------
+def wrong_final(solution: str) -> str | None:
+    head, sep, tail = solution.rpartition("####")
+    match = re.search(r"-?\d[\d,]*(?:\.\d+)?", tail)
+    if not sep or match is None:
+        return None
+    value = match.group(0).replace(",", "")
+    wrong = str(int(value) + 1) if re.fullmatch(r"-?\d+", value) else f"{float(value) + 1:g}"
+    return head + sep + tail[: match.start()] + wrong + tail[match.end() :]
+
+
+def shuffled_steps(solution: str, rng: random.Random) -> str | None:
+    """The step lines in another order (the final '####' line stays last); None for one step."""
+    body, sep, final = solution.rpartition("####")
+    lines = [line for line in body.strip().split("\n") if line.strip()]
+    if not sep or len(lines) < 2:
+        return None
+    order = list(range(len(lines)))
+    while order == sorted(order):
+        rng.shuffle(order)
+    return "\n".join(lines[i] for i in order) + "\n" + sep + final
+
+
+def cut_before_answer(solution: str, answer: str) -> str | None:
+    """The solution cut just before the final answer first appears: it never gets there."""
+    at = solution.find(answer)
+    return solution[:at] if at > 0 else None
+
+
+def pair_auc(ref: float, corrupted: list[float]) -> list[float]:
+    return [1.0 if ref > c else 0.5 if ref == c else 0.0 for c in corrupted]
+
+
+def discrimination(reward, prompts: list[Prompt], seed: int) -> dict[str, float]:
+    """AUC per corruption kind and over all pairs, scoring with the run's own reward."""
+    rng = random.Random(f"{seed}-preflight")
+    pairs: dict[str, list[float]] = {"wrong final number": [], "steps out of order": [], "cut before the answer": []}
+    for p in prompts:
+        variants = {"wrong final number": wrong_final(p.solution),
+                    "steps out of order": shuffled_steps(p.solution, rng),
+                    "cut before the answer": cut_before_answer(p.solution, p.answer)}
+        kinds = [k for k, v in variants.items() if v is not None]
+        scores = reward.score([p], [[p.solution] + [variants[k] for k in kinds]])
+        if not bool(scores.scored[0, 0]):
+            continue
+        total = scores.total[0].tolist()
+        for k, s in zip(kinds, total[1:]):
+            pairs[k] += pair_auc(total[0], [s])
+    aucs = {k: sum(v) / len(v) for k, v in pairs.items() if v}
+    every = [x for v in pairs.values() for x in v]
+    aucs["all"] = sum(every) / len(every) if every else float("nan")
+    return aucs
+
+
+# -- the run ---------------------------------------------------------------------------------
+def sample_batches(module, datamodule, batches: int):
+    """Roll out the first `batches` training batches of the curriculum, as step 0.. would."""
+    sampler = datamodule.make_sampler(start_step=0, rank=0, world_size=1)
+    rewards, lengths, truncated, prompts = [], [], [], []
+    with torch.no_grad():
+        for step in range(batches):
+            batch = [datamodule.train_records[i] for i in sampler.batch_at(step)]
+            sampled = module._sample_round(batch)
+            datamodule.schedule.observe(step, float(sampled.rewards.mean()))
+            rewards.append(sampled.rewards.cpu())  # [B, G]
+            lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())
+            truncated.append(sampled.rollout.truncated.cpu())
+            prompts += batch
+    return torch.cat(rewards), torch.cat(lengths), torch.cat(truncated), prompts
+
+
+def run_checks(rewards, lengths, truncated, aucs, s: PreflightSettings) -> list[Check]:
+    stds = rewards.std(dim=1)  # [N]
+    median_std = stds.median().item()
+    zero = (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean().item()
+    trunc = truncated.float().mean().item()
+    q = torch.quantile(lengths, torch.tensor([0.1, 0.9])).tolist()
+    polar = q[1] / max(q[0], 1.0)
+    per_kind = ", ".join(f"{k} {v:.2f}" for k, v in aucs.items() if k != "all")
+    return [
+        Check("group reward std is informative", median_std >= s.min_median_std and zero <= s.max_zero_std_frac,
+              f"median within-group std {median_std:.3f} (>= {s.min_median_std:g}); zero-std groups {zero:.2f} "
+              f"(<= {s.max_zero_std_frac:g})"),
+        Check("length distribution is healthy", trunc <= s.max_truncation and polar <= s.max_polarisation,
+              f"truncated {trunc:.2f} (<= {s.max_truncation:g}); length p10 {q[0]:.0f}, p90 {q[1]:.0f}, "
+              f"p90/p10 {polar:.1f} (<= {s.max_polarisation:g})"),
+        Check("reward discriminates quality", aucs["all"] >= s.min_auc,
+              f"AUC {aucs['all']:.3f} (>= {s.min_auc:g}) reference vs corrupted: {per_kind}"),
+    ]
+
+
+def table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{'#':<2} {'check':<{width}}  result  numbers"]
+    lines += [f"{i:<2} {c.name:<{width}}  {'PASS' if c.passed else 'FAIL':<6}  {c.numbers}"
+              for i, c in enumerate(checks, start=1)]
+    return "\n".join(lines)
+
+
+def plot(rewards, lengths, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.6))
+    a.hist(rewards.reshape(-1).numpy(), bins=20, color="#4472c4")
+    a.set(title="rewards (all rows)", xlabel="reward", ylabel="rows")
+    b.hist(rewards.std(dim=1).numpy(), bins=20, color="#ed7d31")
+    b.set(title="within-group reward std", xlabel="std", ylabel="groups")
+    c.hist(lengths.numpy(), bins=20, color="#70ad47")
+    c.set(title="completion lengths", xlabel="tokens", ylabel="rows")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def preflight(cfg: DictConfig) -> int:
+    """Run the checks for this config; print the table; 0 when every check passes, else 1."""
+    from hydra.utils import instantiate
+
+    from grpo_aug.pipeline import build_parts
+
+    settings = instantiate(cfg.preflight)
+    module, datamodule, _ = build_parts(cfg)
+    module.configure_model()
+    rewards, lengths, truncated, prompts = sample_batches(module, datamodule, settings.batches)
+    aucs = discrimination(module.reward, prompts, cfg.seed)
+    checks = run_checks(rewards, lengths, truncated, aucs, settings)
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot(rewards, lengths, out / "preflight.png")
+    buckets = sorted({p.bucket for p in prompts})
+    print(f"preflight: {settings.batches} batches, {rewards.shape[0]} prompts x G={rewards.shape[1]} "
+          f"(buckets: {', '.join(buckets)}), no training")
+    print(table(checks))
+    failed = [c.name for c in checks if not c.passed]
+    print(f"distributions: {png}")
+    print("preflight FAILED: " + "; ".join(failed) if failed else "preflight passed")
+    return 1 if failed else 0

@@ -1,0 +1,56 @@
+import random
+
+import pytest
+import torch
+
+from grpo_aug.data.records import Prompt
+from grpo_aug.preflight import (
+    PreflightSettings, cut_before_answer, discrimination, pair_auc, run_checks, shuffled_steps, table, wrong_final,
+)
+from grpo_aug.rewards import MathReward, RewardFunction, RewardSet, SoftMathReward
+
+SOLUTION = "<<47+38=85>>85\n<<85-9=76>>76\n#### 76"
+
+
+def test_corruptions_by_hand():
+    assert wrong_final(SOLUTION) == "<<47+38=85>>85\n<<85-9=76>>76\n#### 77"
+    assert wrong_final("x\n#### 2.5") == "x\n#### 3.5"
+    assert wrong_final("no answer line") is None
+    assert shuffled_steps(SOLUTION, random.Random(0)) == "<<85-9=76>>76\n<<47+38=85>>85\n#### 76"
+    assert shuffled_steps("<<47+8=55>>55\n#### 55", random.Random(0)) is None  # one step: nothing to shuffle
+    assert cut_before_answer(SOLUTION, "76") == "<<47+38=85>>85\n<<85-9="
+    assert cut_before_answer("76 first", "76") is None
+
+
+def test_auc_by_hand_with_two_rewards():
+    prompts = [Prompt("a", "What is 47 + 38 - 9?", "p", "76", SOLUTION, "medium"),
+               Prompt("b", "What is 47 + 8?", "p", "55", "<<47+8=55>>55\n#### 55", "easy")]
+    assert pair_auc(1.0, [0.0, 1.0, 2.0]) == [1.0, 0.5, 0.0]
+    exact = discrimination(RewardSet([RewardFunction(MathReward())]), prompts, seed=0)
+    # exact answer: wrong final 2/2 below, cut (last number 9, resp. 8) 2/2 below, shuffle a tie (0.5)
+    assert exact == {"wrong final number": 1.0, "steps out of order": 0.5, "cut before the answer": 1.0,
+                     "all": pytest.approx(4.5 / 5)}
+    soft = discrimination(RewardSet([RewardFunction(SoftMathReward())]), prompts, seed=0)
+    assert soft["steps out of order"] == 1.0 and soft["all"] == 1.0  # 0.8 for using 85 before computing it
+
+
+def test_checks_pass_and_fail_on_constructed_samples():
+    s = PreflightSettings()
+    mixed = torch.tensor([[1.0, 0.0, 0.0, 1.0]] * 3 + [[0.0] * 4])  # 3 of 4 groups with spread
+    lengths = torch.full((16,), 10.0)
+    ok = run_checks(mixed, lengths, torch.zeros(16, dtype=torch.bool), {"all": 0.95, "wrong final number": 0.95}, s)
+    assert [c.passed for c in ok] == [True, True, True]
+    flat = torch.zeros(4, 4)
+    polar = torch.tensor([1.0] * 8 + [32.0] * 8)
+    bad = run_checks(flat, polar, torch.ones(16, dtype=torch.bool), {"all": 0.5}, s)
+    assert [c.passed for c in bad] == [False, False, False]
+    assert "median within-group std 0.000" in bad[0].numbers and "truncated 1.00" in bad[1].numbers
+    text = table(bad)
+    assert "FAIL" in text and "reward discriminates quality" in text
+
+
+def test_bad_preflight_settings():
+    with pytest.raises(ValueError, match="preflight.min_auc"):
+        PreflightSettings(min_auc=1.5)
+    with pytest.raises(ValueError, match="preflight.batches"):
+        PreflightSettings(batches=0)
