@@ -73,3 +73,13 @@ def first_existing(*candidates) -> Path | None:
         if c and Path(c).is_file():
             return Path(c)
     return None
+
+
+class Recorder:
+    """A stand-in logger that keeps what log_metrics received."""
+
+    def __init__(self):
+        self.logged = []
+
+    def log_metrics(self, values, step):
+        self.logged.append((step, values))

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning as L
 import torch
 from omegaconf import DictConfig
 
@@ -178,6 +179,7 @@ def preflight(cfg: DictConfig) -> int:
     from grpo_aug.pipeline import build_parts
 
     settings = instantiate(cfg.preflight)
+    L.seed_everything(cfg.seed, workers=True)  # the same samples every time for the same config
     module, datamodule, _ = build_parts(cfg)
     module.configure_model()
     rewards, lengths, truncated, prompts = sample_batches(module, datamodule, settings.batches)

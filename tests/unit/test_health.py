@@ -5,6 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from helpers import Recorder
+
 from grpo_aug.callbacks import SampleHealth, health_values
 from grpo_aug.callbacks.health import length_stats, samples_markdown
 
@@ -63,14 +65,6 @@ def test_length_quantiles_and_polarisation_by_hand():
     assert stats["health/completion_length_p90"] == pytest.approx(90)
     assert stats["health/length_polarisation"] == pytest.approx(9.0)
     assert length_stats(torch.tensor([0.0, 0.0, 0.0]))["health/length_polarisation"] == 0.0
-
-
-class Recorder:
-    def __init__(self):
-        self.logged = []
-
-    def log_metrics(self, values, step):
-        self.logged.append((step, values))
 
 
 def test_callback_logs_weighted_means_per_interval_buckets_and_vanished_rungs():

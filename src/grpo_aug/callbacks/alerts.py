@@ -7,7 +7,7 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
 
     low_std               mean within-group reward std < low_std: groups carry little signal
     high_std              mean within-group reward std > high_std: outliers dominate the groups
-    kl_spike              the step's KL > kl_spike_factor x its median over the window
+    kl_spike              the step's KL > kl_spike_factor x max(its median over the window, kl_floor)
     low_effective_tokens  share of generated tokens that carry loss < min_effective_tokens
     length_polarisation   p90 / p10 of completion lengths > max_polarisation
     non_finite_loss       an update's loss was NaN/inf (the update was skipped)
@@ -57,7 +57,7 @@ class Thresholds(NamedTuple):
     low_std: float = 0.3
     high_std: float = 2.0
     kl_spike_factor: float = 5.0
-    kl_floor: float = 1e-3  # below this a "spike" is noise around zero
+    kl_floor: float = 0.01  # the running median counts as at least this: KL rises from 0 at the start
     min_effective_tokens: float = 0.5
     max_polarisation: float = 8.0
     near_greedy: float = 0.05
@@ -91,7 +91,8 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
                              "reward.winsorize.enabled=true or lower algo.adv_clip")
     if len(window) > 1:
         median = statistics.median(s.kl_mean for s in window[:-1])
-        if last.kl_mean > t.kl_floor and last.kl_mean > t.kl_spike_factor * median:
+        # against at least the floor: KL climbing from ~0 as training starts is not a spike
+        if last.kl_mean > t.kl_spike_factor * max(median, t.kl_floor):
             fired["kl_spike"] = (f"KL {last.kl_mean:.4f} is over {t.kl_spike_factor:g}x its running median "
                                  f"{median:.4f}: lower the lr or raise the KL weight (algo/beta)")
     effective = statistics.fmean(s.effective_ratio for s in window)
