@@ -55,7 +55,7 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         ("rollout.top_p=0", "rollout.top_p"),
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
         ("rollout.dedup.threshold=1.5", "rollout.dedup.threshold"),
-        ("rollout.dedup.min_unique=9", "rollout.dedup.min_unique=9 exceeds rollout.group_size=8"),
+        ("rollout.dedup.min_unique=17", "rollout.dedup.min_unique=17 exceeds rollout.group_size=16"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, override, message):

@@ -167,7 +167,7 @@ def test_ddp_two_cpu_processes(tmp_path):
 def test_preflight_passes_on_default_and_fails_when_greedy(tmp_path):
     ok = run_train(tmp_path / "a", ["mode=preflight"], timeout=1200, cache=tmp_path / "cache")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
-    assert "preflight passed" in ok.stdout and ok.stdout.count("PASS") == 3
+    assert "preflight passed" in ok.stdout and ok.stdout.count("PASS") == 3, ok.stdout
     assert (tmp_path / "a" / "run" / "preflight.png").stat().st_size > 10_000
     greedy = run_train(tmp_path / "b", ["mode=preflight", "rollout.temperatures=[0.0]"], cache=tmp_path / "cache")
     assert greedy.returncode == 1

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -74,6 +75,9 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
+    # each checkpoint holds the weights after the step's updates, which is what resuming needs;
+    # Lightning warns about manual optimization regardless
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     L.seed_everything(cfg.seed, workers=True)
     trainer, module, datamodule = build(cfg)
     if cfg.get("validate_before_training", True) and cfg.get("ckpt_path") is None:

@@ -1,7 +1,9 @@
 """A lean KV-cached decode loop: all rows in one batch, each with its own temperature.
 
 HF `generate` takes one temperature per call; a group wants one per row, so we sample
-ourselves. The loop stops as soon as every row has emitted EOS.
+ourselves. The loop stops as soon as every row has emitted EOS. For Llama-family models the
+per-token forward is `LeanDecoder.step` (preallocated KV buffers, no per-token mask building);
+other models go through their HF forward with a DynamicCache.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from grpo_aug.rollout.lean_decode import LeanDecoder, supports
 from grpo_aug.rollout.types import Rollout
 
 
@@ -45,8 +48,12 @@ def generate(
     top_p: float,
     max_new_tokens: int,
     generator: torch.Generator | None = None,
+    lean: bool = True,
 ) -> Rollout:
-    """Sample one completion per prompt string; rows may repeat a prompt (that is a group)."""
+    """Sample one completion per prompt string; rows may repeat a prompt (that is a group).
+
+    lean=False forces the HF forward for every token (the reference path the tests compare to).
+    """
     device = next(model.parameters()).device
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     prompt_ids = enc.input_ids.to(device)  # [N, P]
@@ -65,6 +72,10 @@ def generate(
                 use_cache=True, logits_to_keep=1)  # only the last position's logits are needed
     logits = out.logits[:, -1].float()  # [N, V]
     position = position[:, -1:]  # [N, 1]
+    decoder = None
+    if lean and supports(model):
+        new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
+        decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     tokens, alive = [], []
     for step in range(max_new_tokens):
@@ -76,6 +87,9 @@ def generate(
         # one host sync per token; it lets the loop end early, which pays for itself
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
+        if decoder is not None:
+            logits = decoder.step(token)
+            continue
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=attn[:, : p + step + 1], position_ids=position,
                     cache=cache, use_cache=True)

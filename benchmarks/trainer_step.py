@@ -1,0 +1,289 @@
+"""Seconds per optimizer step: grpo-aug vs TRL's GRPOTrainer on the same workload (prints JSON).
+
+    pip install -e ".[bench]"                      # TRL, for the comparison only
+    python benchmarks/trainer_step.py              # both workloads, 2 alternating rounds each
+    python benchmarks/trainer_step.py --workload tiny --steps 20 --rounds 1
+
+Workloads (fp32, CPU, 2 threads, no gradient checkpointing, beta 0.04, one update per rollout,
+8 prompts x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
+    tiny   Llama 4 layers x 128 hidden (intermediate 512, 4 heads, tied embeddings), 16 new tokens
+    small  Llama 6 layers x 256 hidden (intermediate 1024, 8 heads, tied embeddings), 64 new tokens
+Each trainer runs in its own subprocess (so peak RSS is its own), grpo-aug and TRL alternating.
+Reported: median seconds per optimizer step after warm-up, peak RSS, grpo-aug's step breakdown,
+model FLOPs per step and achieved FLOP/s as a share of this machine's fp32 matmul throughput
+(measured in the same run). Compare ratios from one run; absolute figures move with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+WORKLOADS = {
+    "tiny": dict(layers=4, hidden=128, intermediate=512, heads=4, new_tokens=16),
+    "small": dict(layers=6, hidden=256, intermediate=1024, heads=8, new_tokens=64),
+}
+CHARS = list("0123456789+=- ")  # with <pad> <s> </s> <unk> and "\n": 19 tokens
+PROMPTS, GROUP, LR = 8, 8, 1e-6
+
+
+def build_model(workload: str, out: Path) -> Path:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    w = WORKLOADS[workload]
+    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>", "\n"] + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                  unk_token="<unk>")
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
+                         num_hidden_layers=w["layers"], num_attention_heads=w["heads"],
+                         num_key_value_heads=w["heads"], max_position_embeddings=256, tie_word_embeddings=True,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def prompts(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(n)]
+    return [(f"{a}+{b}=", str(a + b)) for a, b in pairs]
+
+
+def digit_share(completion: str) -> float:
+    """The same cheap, non-constant reward on both sides (random weights never get sums right)."""
+    return sum(ch.isdigit() for ch in completion) / max(len(completion), 1)
+
+
+# -- grpo-aug ------------------------------------------------------------------------------
+def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
+    import functools
+
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    import grpo_aug.models.module as module_lib
+    from grpo_aug.algo.settings import AlgoSettings
+    from grpo_aug.callbacks import SampleHealth
+    from grpo_aug.data.records import Prompt
+    from grpo_aug.models.module import GRPOModule
+    from grpo_aug.rewards import RewardFunction, RewardSet
+    from grpo_aug.rollout.settings import RolloutSettings
+
+    class Digits:
+        name = "digits"
+
+        def __call__(self, prompt, completion):
+            return digit_share(completion)
+
+    w = WORKLOADS[workload]
+    module = GRPOModule(
+        name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR),
+        reward=RewardSet([RewardFunction(Digits())]),
+        rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
+        algo=AlgoSettings(max_grad_norm=1.0),
+    )
+    parts: dict[str, float] = defaultdict(float)
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                parts[name] += time.perf_counter() - start
+        return wrapper
+
+    module_lib.generate = timed("generate", module_lib.generate)
+    module.reward.score = timed("reward", module.reward.score)
+    plain_logprobs = module_lib.token_logprobs
+
+    def logprobs(*args, **kwargs):  # no_grad: the reference (and old) log-probs; grad: the policy
+        name = "policy forward" if torch.is_grad_enabled() else "reference log-probs"
+        return timed(name, plain_logprobs)(*args, **kwargs)
+
+    module_lib.token_logprobs = logprobs
+    module.manual_backward = timed("policy backward", module.manual_backward)
+    step_times, breakdown, lengths = [], [], []
+
+    class Clock(L.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            opt = trainer.optimizers[0]
+            opt.step = timed("optimizer", opt.step)
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            parts.clear()
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.end = time.perf_counter()
+
+    class After(L.Callback):  # runs after every other callback: the step's wall time ends here
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            now = time.perf_counter()
+            step_times.append(now - clock.start)
+            lengths.append(outputs["lengths"].float().mean().item())
+            inside = clock.end - clock.start
+            breakdown.append({**parts, "metrics and logging": now - clock.end,
+                              "other (masks, advantages, loss, loop)": inside - sum(parts.values())})
+
+    clock = Clock()
+    batches = [[Prompt(f"p{i}-{s}", q, q, a, f"<<{q[:-1]}={a}>>{a}\n#### {a}", "easy")
+                for i, (q, a) in enumerate(prompts(PROMPTS, s))] for s in range(steps)]
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[clock, SampleHealth(every_n_steps=1), After()])
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
+    return {"step_seconds": step_times, "breakdown": breakdown, "completion_length": lengths}
+
+
+# -- TRL -------------------------------------------------------------------------------------
+def run_trl(model_dir: Path, workload: str, steps: int) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    w = WORKLOADS[workload]
+    step_times = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step_times.append(time.perf_counter() - self.start)
+
+    def reward(completions, **kwargs):
+        return [digit_share(c) for c in completions]
+
+    rows = [{"prompt": q} for s in range(steps) for q, _ in prompts(PROMPTS, s)]
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+            max_completion_length=w["new_tokens"], beta=0.04, num_iterations=1, steps_per_generation=1,
+            learning_rate=LR, max_steps=steps, use_cpu=True, bf16=False, gradient_checkpointing=False,
+            temperature=1.0, top_p=1.0, report_to=[], logging_steps=1, save_strategy="no", shuffle_dataset=False,
+            max_grad_norm=1.0, seed=0,
+        )
+        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[reward],
+                              args=args, train_dataset=Dataset.from_list(rows),
+                              processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[Clock()])
+        trainer.train()
+        lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    return {"step_seconds": step_times, "completion_length": lengths}
+
+
+# -- FLOPs -------------------------------------------------------------------------------------
+def step_flops(workload: str, prompt_tokens: float, new_tokens: float) -> dict[str, float]:
+    """Matmul FLOPs of one step: sampling, reference forward, policy forward + backward.
+
+    Per token a forward costs 2 x (matmul weights) plus attention 4 x layers x hidden x context;
+    a backward costs twice the forward. Generation: prefill of the prompt, then one token at a
+    time against a KV cache.
+    """
+    w = WORKLOADS[workload]
+    h, layers, vocab = w["hidden"], w["layers"], len(CHARS) + 5
+    weights = layers * (4 * h * h + 3 * h * w["intermediate"]) + vocab * h
+    rows = PROMPTS * GROUP
+    P, T = prompt_tokens, new_tokens
+    full = P + T
+
+    def forward(tokens, context):
+        return tokens * (2 * weights + 4 * layers * h * context)
+
+    generate = rows * (forward(P, P / 2) + sum(forward(1, P + t) for t in range(round(T))))
+    scored = rows * forward(full, full / 2)  # one full-sequence forward
+    return {"generate": generate, "reference forward": scored, "policy forward+backward": 3 * scored,
+            "total": generate + 4 * scored}
+
+
+def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)
+
+
+# -- driver ------------------------------------------------------------------------------------
+def child(which: str, workload: str, model_dir: str, steps: int) -> None:
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    result = (run_grpo_aug if which == "grpo_aug" else run_trl)(Path(model_dir), workload, steps)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(result))
+
+
+def spawn(which: str, workload: str, model_dir: Path, steps: int) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", which, "--workload", workload, "--model", str(model_dir),
+                           "--steps", str(steps)], capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{which} on {workload} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both")
+    parser.add_argument("--steps", type=int, default=23, help="optimizer steps per run, warm-up included")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating grpo-aug / TRL runs")
+    parser.add_argument("--child", choices=["grpo_aug", "trl"])
+    parser.add_argument("--model")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.workload, args.model, args.steps)
+        return
+    torch.set_num_threads(2)
+    peak = matmul_flops_per_second()
+    report = {"threads": 2, "matmul_gflops": peak / 1e9, "workloads": {}}
+    for workload in WORKLOADS if args.workload == "both" else [args.workload]:
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = build_model(workload, Path(tmp) / "model")
+            runs = defaultdict(list)
+            for _ in range(args.rounds):
+                for which in ("grpo_aug", "trl"):
+                    runs[which].append(spawn(which, workload, model_dir, args.steps))
+        entry = {}
+        for which, results in runs.items():
+            after = [t for r in results for t in r["step_seconds"][args.warmup:]]
+            entry[which] = {"median_step_s": statistics.median(after), "steps_timed": len(after),
+                            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+        parts = [b for r in runs["grpo_aug"] for b in r["breakdown"][args.warmup:]]
+        entry["grpo_aug"]["breakdown_s"] = {k: statistics.median(p.get(k, 0.0) for p in parts)
+                                            for k in sorted({k for p in parts for k in p})}
+        prompt_tokens = statistics.mean(len(q) for q, _ in prompts(PROMPTS, 0))  # one token per character
+        for which, results in runs.items():
+            # FLOPs from the lengths each side really generated (rows stop at EOS)
+            length = statistics.mean(x for r in results for x in r["completion_length"][args.warmup:])
+            flops = step_flops(workload, prompt_tokens, length)
+            achieved = flops["total"] / entry[which]["median_step_s"]
+            entry[which].update(mean_completion_tokens=length, step_gflop=flops["total"] / 1e9,
+                                achieved_gflops=achieved / 1e9, share_of_matmul_peak=achieved / peak)
+        entry["grpo_aug_time_over_trl"] = entry["grpo_aug"]["median_step_s"] / entry["trl"]["median_step_s"]
+        entry["grpo_aug_rss_over_trl"] = entry["grpo_aug"]["peak_rss_mb"] / entry["trl"]["peak_rss_mb"]
+        report["workloads"][workload] = entry
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
