@@ -42,15 +42,19 @@ def test_zero_temperature_rows_are_greedy():
     assert tokens[[0, 2, 4]].tolist() == logits.argmax(-1)[[0, 2, 4]].tolist()
 
 
-def test_rollout_is_one_batched_call_per_token(tiny_model_dir):
+def test_rollout_prefills_each_prompt_once_then_one_batched_call_per_token(tiny_model_dir):
     model, tok = _model(tiny_model_dir)
     calls = []
     model.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs["input_ids"].shape), with_kwargs=True)
     rows = [p for p in PROMPTS for _ in range(4)]
-    ro = generate(model, tok, rows, torch.tensor([0.7, 1.0, 1.2, 1.5] * 3), 0.95, max_new_tokens=6)
+    temps = torch.tensor([0.7, 1.0, 1.2, 1.5] * 3)
+    ro = generate(model, tok, rows, temps, 0.95, max_new_tokens=6, lean=False)
     assert len(calls) == ro.completion_mask.shape[1] <= 6  # prefill + one call per further token
-    assert all(shape[0] == 12 for shape in calls)
+    assert calls[0][0] == 3 and all(shape == (12, 1) for shape in calls[1:])  # 3 distinct prompts, 12 rows
     assert ro.input_ids.shape[0] == 12 and len(ro.texts) == 12
+    calls.clear()
+    generate(model, tok, rows, temps, 0.95, max_new_tokens=6)
+    assert [shape[0] for shape in calls] == [3]  # the lean path decodes without the HF forward
 
 
 def _reference_logprobs(model, tok, prompt: str, completion: list[int], temperature: float) -> list[float]:

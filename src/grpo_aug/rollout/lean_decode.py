@@ -5,9 +5,12 @@ Decoding one token through the HF model rebuilds a 4-D attention mask, grows eve
 KV cache with torch.cat and walks generic kwargs plumbing on each call: for small models that
 overhead is most of the time. Here the prompt is prefilled by the HF model itself (one call), its
 keys/values are copied once into buffers sized for the whole completion, and each new token runs
-through the model's own modules (norms, projections, rotary embedding, MLP) with
-scaled_dot_product_attention over a slice of those buffers. Models this does not cover fall
-back to the HF forward; `tests/unit/test_lean_decode.py` checks the logits against it.
+through the model's own weights, attending over a slice of those buffers.
+The q/k/v projections and the MLP's gate/up projections are fused into one matmul each (their
+weights are concatenated once per rollout, a copy the size of those weights): at decode time
+every row contributes a single token, and for small models the number of matmul calls, not
+their size, sets the pace. Models this does not cover fall back to the HF forward;
+`tests/unit/test_lean_decode.py` checks tokens and logits against it.
 """
 
 from __future__ import annotations
@@ -29,14 +32,18 @@ def supports(model: torch.nn.Module) -> bool:
     return rope_type == "default" and not sliding and not getattr(config, "attention_dropout", 0.0)
 
 
+def residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x + h @ weight.T (+ bias), the add fused into the matmul when there is no bias."""
+    if bias is None:
+        return torch.addmm(x, h, weight.t())
+    return x + F.linear(h, weight, bias)
+
+
 class LeanDecoder:
     """Holds the KV buffers of one batch; `step(token)` returns the next logits [N, V]."""
 
     def __init__(self, model: torch.nn.Module, cache, prompt_mask: torch.Tensor, positions: torch.Tensor,
                  max_new_tokens: int) -> None:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        self.rope = apply_rotary_pos_emb
         self.model = model
         self.layers = model.model.layers
         n, p = prompt_mask.shape
@@ -52,35 +59,65 @@ class LeanDecoder:
             self.values.append(v)
         # key j is visible to every new token when it is a real prompt token or generated
         valid = torch.cat([prompt_mask.bool(), prompt_mask.new_ones(n, max_new_tokens, dtype=torch.bool)], dim=1)
-        self.mask = valid[:, None, None, :]  # [N, 1, 1, P+T]
+        dtype = self.keys[0].dtype
+        bias = torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill(~valid, torch.finfo(dtype).min)
+        self.bias = bias[:, None, None, :]  # [N, 1, 1, P+T] added to the attention scores
         # rotary cos/sin for every position a new token will take, computed once
         dummy = self.keys[0]
         self.cos, self.sin = model.model.rotary_emb(dummy, positions)  # [N, T, D]
         attn = self.layers[0].self_attn
         self.heads = model.config.num_attention_heads
         self.head_dim = attn.head_dim
-        self.gqa = model.config.num_key_value_heads != self.heads
+        self.kv_heads = model.config.num_key_value_heads
+        self.weights = []  # per layer: everything step() needs, looked up once
+        for layer in self.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            # the attention scale is folded into the query rows (rotary embedding is linear, so
+            # scaling q before it equals scaling the scores after it)
+            qkv_weight = torch.cat([a.q_proj.weight * a.scaling, a.k_proj.weight, a.v_proj.weight])  # [(Hq+2KV)*D, H]
+            biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
+            qkv_bias = torch.cat([biases[0] * a.scaling, *biases[1:]]) if all(b is not None for b in biases) else None
+            gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])  # [2I, H]
+            self.weights.append((layer.input_layernorm, qkv_weight, qkv_bias, a.o_proj.weight, a.o_proj.bias,
+                                 layer.post_attention_layernorm, gate_up, mlp.down_proj.weight, mlp.down_proj.bias,
+                                 mlp.act_fn))
+        self.q_size = self.heads * self.head_dim
+        self.kv_size = model.config.num_key_value_heads * self.head_dim
         self.t = 0
+
+    @staticmethod
+    def _norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
+        # HF's RMSNorm computes in float32; for float32 activations torch's fused rms_norm is that
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+        return module(x)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [N, heads, D] at one position per row; cos/sin [N, 1, D]."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
 
     @torch.no_grad()
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed token [N] at the next position; logits [N, V] for the one after it."""
-        n, at = token.shape[0], self.p + self.t
+        n, at, d = token.shape[0], self.p + self.t, self.head_dim
         cos, sin = self.cos[:, self.t : self.t + 1], self.sin[:, self.t : self.t + 1]  # [N, 1, D]
-        mask = self.mask[..., : at + 1]  # [N, 1, 1, at+1]
-        x = self.model.model.embed_tokens(token[:, None])  # [N, 1, H]
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = attn.q_proj(h).view(n, 1, -1, self.head_dim).transpose(1, 2)  # [N, Hq, 1, D]
-            k = attn.k_proj(h).view(n, 1, -1, self.head_dim).transpose(1, 2)  # [N, KV, 1, D]
-            v = attn.v_proj(h).view(n, 1, -1, self.head_dim).transpose(1, 2)
-            q, k = self.rope(q, k, cos, sin)
-            self.keys[i][:, :, at : at + 1] = k
-            self.values[i][:, :, at : at + 1] = v
-            out = F.scaled_dot_product_attention(q, self.keys[i][:, :, : at + 1], self.values[i][:, :, : at + 1],
-                                                 attn_mask=mask, scale=attn.scaling, enable_gqa=self.gqa)
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(n, 1, -1))  # [N, 1, H]
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]
+        x = self.model.model.embed_tokens(token)  # [N, H]
+        for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up, down_w, down_b, act) in enumerate(self.weights):
+            q, k, v = F.linear(self._norm(x, ln1), qkv_w, qkv_b).split([self.q_size, self.kv_size, self.kv_size], -1)
+            q = self._rope(q.view(n, -1, d), cos, sin)  # [N, Hq, D]
+            k = self._rope(k.view(n, -1, d), cos, sin)  # [N, KV, D]
+            self.keys[i][:, :, at] = k
+            self.values[i][:, :, at] = v.view(n, -1, d)
+            # one query token: plain matmuls beat scaled_dot_product_attention's CPU dispatch here;
+            # query heads are grouped over their shared KV head (head h reads KV head h // groups)
+            q = q.view(n, self.kv_heads, -1, d)  # [N, KV, groups, D]
+            scores = q @ self.keys[i][:, :, : at + 1].transpose(-1, -2) + bias  # [N, KV, groups, at+1]
+            out = torch.softmax(scores, dim=-1) @ self.values[i][:, :, : at + 1]  # [N, KV, groups, D]
+            x = residual(x, out.reshape(n, -1), o_w, o_b)  # [N, H]
+            gate, up = F.linear(self._norm(x, ln2), gate_up).chunk(2, dim=-1)  # [N, I] each
+            x = residual(x, act(gate) * up, down_w, down_b)
         self.t += 1
-        return self.model.lm_head(self.model.model.norm(x))[:, -1].float()  # [N, V]
+        return self.model.lm_head(self._norm(x, self.model.model.norm)).float()  # [N, V]

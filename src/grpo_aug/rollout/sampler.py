@@ -55,9 +55,13 @@ def generate(
     lean=False forces the HF forward for every token (the reference path the tests compare to).
     """
     device = next(model.parameters()).device
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-    prompt_ids = enc.input_ids.to(device)  # [N, P]
-    prompt_mask = enc.attention_mask.to(device)  # [N, P]
+    # a group repeats its prompt G times: encode each distinct prompt once, prefill it once
+    distinct = list(dict.fromkeys(prompts))
+    row_of = {text: i for i, text in enumerate(distinct)}
+    index = torch.tensor([row_of[text] for text in prompts], device=device)  # [N] row -> distinct prompt
+    enc = tokenizer(distinct, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    prompt_ids = enc.input_ids.to(device)[index]  # [N, P]
+    prompt_mask = enc.attention_mask.to(device)[index]  # [N, P]
     temperatures = temperatures.to(device)
     n, p = prompt_ids.shape
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -67,11 +71,14 @@ def generate(
     cache = DynamicCache()
     # allocated once; step t attends to the first P + t columns (a view, no copy per token)
     attn = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(n, max_new_tokens)], dim=1)
-    position = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [N, P] left padding shifts positions
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position, cache=cache,
-                use_cache=True, logits_to_keep=1)  # only the last position's logits are needed
-    logits = out.logits[:, -1].float()  # [N, V]
-    position = position[:, -1:]  # [N, 1]
+    first_mask = enc.attention_mask.to(device)  # [U, P]
+    first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
+    out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
+                cache=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits are needed
+    logits = out.logits[:, -1].float()[index]  # [N, V]
+    for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
+        layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
+    position = first_position[index, -1:]  # [N, 1]
     decoder = None
     if lean and supports(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
