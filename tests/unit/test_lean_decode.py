@@ -69,3 +69,26 @@ def test_unsupported_models_fall_back():
                       num_attention_heads=4, rope_scaling={"rope_type": "linear", "factor": 2.0})
     assert not supports(LlamaForCausalLM(cfg))
     assert not supports(torch.nn.Linear(2, 2))
+
+
+def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
+    from grpo_aug.rollout.lean_decode import LeanDecoder
+
+    tok = build_char_tokenizer()
+    model = _model("llama_gqa", tok)
+    with torch.no_grad():  # make EOS likely, so rows end at different steps
+        model.lm_head.weight[tok.eos_token_id] = model.lm_head.weight[tok.eos_token_id] * 4 + 0.05
+    selects = []
+    original = LeanDecoder.select
+    monkeypatch.setattr(LeanDecoder, "select", lambda self, keep: (selects.append(len(keep)), original(self, keep)))
+    rows = [p for p in PROMPTS for _ in range(3)]
+    batch = generate(model, tok, rows, torch.zeros(len(rows)), 1.0, 30)
+    assert selects, "no row ended early: the test did not exercise the compaction"
+    lengths = batch.completion_mask.sum(1)
+    assert lengths.min() < lengths.max()
+    for i, row in enumerate(rows):  # each row alone: no batch, no compaction
+        alone = generate(model, tok, [row], torch.zeros(1), 1.0, 30)
+        n = int(alone.completion_mask.sum())
+        assert n == int(lengths[i])
+        start = batch.prompt_len
+        assert torch.equal(batch.input_ids[i, start : start + n], alone.input_ids[0, alone.prompt_len : alone.prompt_len + n])

@@ -111,3 +111,13 @@ def test_no_nan_with_extreme_ratios_masked_rows_and_flat_groups(aggregate, kl):
     # nothing masked in at all: every variant gives exactly 0
     empty, _ = policy_loss(logps, ref, old, adv, torch.zeros(3, 3), aggregate=aggregate)
     assert empty.item() == 0.0
+
+
+@pytest.mark.parametrize("aggregate", [RowMean(), TokenMean(), ConstantNorm(8)])
+def test_parts_of_a_split_sum_to_the_whole(aggregate):
+    logps, ref, old, adv, mask = _case()
+    per_token = torch.randn(logps.shape)
+    whole = aggregate(per_token, mask)
+    split = [torch.tensor([0, 3]), torch.tensor([1, 2, 4])]
+    parts = sum(aggregate.part(per_token[rows], mask[rows], per_token.shape[0], mask.sum()) for rows in split)
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-5, abs=1e-7)

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from grpo_aug.algo import token_logprobs
@@ -129,3 +130,14 @@ def test_near_zero_temperature_rows_decode_greedily(tiny_model_dir):
     cold = generate(model, tok, PROMPTS, torch.full((3,), 1e-4), 0.95, max_new_tokens=6,
                     generator=torch.Generator().manual_seed(5))
     assert torch.equal(greedy.input_ids, cold.input_ids)
+
+
+def test_chunk_saving_by_hand():
+    from grpo_aug.rollout.merge import chunk_saving, length_chunks
+
+    lengths = torch.tensor([1, 8, 2, 8])
+    assert [c.tolist() for c in length_chunks(lengths, 2)] == [[0, 2], [1, 3]]
+    # whole: 4 rows x (2 + 8) = 40; chunks: 2 x (2 + 2) + 2 x (2 + 8) = 28 -> saves 12/40
+    assert chunk_saving(lengths, prompt_len=2, chunks=2) == pytest.approx(0.3)
+    assert chunk_saving(torch.tensor([5, 5, 5]), prompt_len=2, chunks=3) == 0.0
+    assert chunk_saving(lengths, prompt_len=2, chunks=1) == 0.0

@@ -6,6 +6,10 @@ per_token and mask are [R, T] (R rows). The choice changes which completions wei
     token_mean     sum over all tokens / number of tokens: every token counts equally (DAPO)
     constant_norm  sum over all tokens / (R x constant): no length bias either way (Dr. GRPO)
 A row whose mask is all zero contributes 0 to every variant.
+
+`part(per_token, mask, rows, tokens)` is the contribution of a slice of the rows to the loss of
+the whole update (`rows` and `tokens` counted over the whole update): the parts of a split sum
+to the unsplit loss, so length-sorted chunks can each run their own backward.
 """
 
 from __future__ import annotations
@@ -13,22 +17,27 @@ from __future__ import annotations
 import torch
 
 
-class RowMean:
+class Aggregate:
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.part(per_token, mask, per_token.shape[0], mask.sum())
+
+
+class RowMean(Aggregate):
     name = "seed"
 
-    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
         per_row = (per_token * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [R]
-        return per_row.mean()
+        return per_row.sum() / max(rows, 1)
 
 
-class TokenMean:
+class TokenMean(Aggregate):
     name = "token_mean"
 
-    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
+        return (per_token * mask).sum() / tokens.clamp(min=1.0)
 
 
-class ConstantNorm:
+class ConstantNorm(Aggregate):
     name = "constant_norm"
 
     def __init__(self, constant: float) -> None:
@@ -36,5 +45,5 @@ class ConstantNorm:
             raise ValueError(f"algo.loss.constant must be > 0, got {constant}")
         self.constant = float(constant)
 
-    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return (per_token * mask).sum() / (per_token.shape[0] * self.constant)
+    def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
+        return (per_token * mask).sum() / (max(rows, 1) * self.constant)

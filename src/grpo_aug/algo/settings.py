@@ -23,6 +23,7 @@ class AlgoSettings:
     num_iterations: int = 1  # mu: optimizer passes over each rollout
     minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
     max_grad_norm: float | None = 1.0
+    length_chunks: int = 4  # when padding is wasteful, rows run in this many length-sorted chunks
     mask_truncated: bool = False
     overlong_buffer: int = 0  # DAPO soft overlong punishment over the last N tokens; 0 = off
     overlong_penalty: float = 1.0
@@ -44,6 +45,7 @@ class AlgoSettings:
             (self.adv_clip > 0, f"algo.adv_clip must be > 0, got {self.adv_clip}"),
             (self.num_iterations >= 1, f"algo.num_iterations must be >= 1, got {self.num_iterations}"),
             (self.minibatches >= 1, f"algo.minibatches must be >= 1, got {self.minibatches}"),
+            (self.length_chunks >= 1, f"algo.length_chunks must be >= 1, got {self.length_chunks}"),
             (self.max_grad_norm is None or self.max_grad_norm > 0,
              f"algo.max_grad_norm must be > 0 or null, got {self.max_grad_norm}"),
             (self.overlong_buffer >= 0, f"algo.overlong_buffer must be >= 0, got {self.overlong_buffer}"),

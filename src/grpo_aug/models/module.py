@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate
 from grpo_aug.rollout.filter import informative_groups
-from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.merge import chunk_saving, concat_rollouts, length_chunks, select_rows, trim
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,37 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
     )
+
+
+# Share of the scored block that length-sorted chunks must save before rows are split into them:
+# below it, the extra forward calls cost more than the padding they avoid.
+CHUNK_WHEN_SAVING_ABOVE = 0.3
+
+STAT_MAX = ("kl_max", "ratio_max")
+
+
+def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
+    """Chunk stats -> update stats: token-weighted means, maxima for the *_max entries."""
+    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "entropy")
+    zero = torch.zeros((), device=device)
+    if not parts:
+        return dict.fromkeys(names, zero)
+    tokens = torch.stack([p["tokens"] for p in parts]).float()
+    weights = tokens / tokens.sum().clamp(min=1)
+    merged = {}
+    for name in names:
+        values = [p[name] for p in parts if name in p]
+        if not values:
+            merged[name] = zero
+        elif name in STAT_MAX:
+            merged[name] = torch.stack(values).max()
+        elif name == "entropy":
+            with_entropy = [(p["entropy"], p["tokens"]) for p in parts if "entropy" in p]
+            total = sum(float(t) for _, t in with_entropy)
+            merged[name] = sum(e * t for e, t in with_entropy) / max(total, 1.0)
+        else:
+            merged[name] = (torch.stack(values) * weights).sum()
+    return merged
 
 
 class PreparedStep(NamedTuple):
@@ -200,9 +232,10 @@ class GRPOModule(L.LightningModule):
                                       scale_by_std=a.scale_by_std).reshape(-1)  # [B*G]
 
         # 5. reference log-probs, and the rollout policy's when it changes before the last update
+        chunks = self._chunks(ro.completion_mask.sum(dim=1), ro.prompt_len)
         with torch.no_grad():
-            ref_logps = self._logprobs(self.reference, ro) if B > 0 else None  # [B*G, T]
-            old_logps = self._logprobs(self.policy, ro) if B > 0 and a.updates_per_rollout > 1 else None
+            ref_logps = self._chunked_logprobs(self.reference, ro, chunks) if B > 0 else None  # [B*G, T]
+            old_logps = self._chunked_logprobs(self.policy, ro, chunks) if B > 0 and a.updates_per_rollout > 1 else None
 
         outputs = {
             "rewards": sampled.rewards,  # [N, G] all sampled groups, refills included
@@ -224,41 +257,81 @@ class GRPOModule(L.LightningModule):
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
-        A non-finite loss is counted (`nonfinite`) and replaced by a zero loss: the step still runs
-        its backward, so DDP ranks stay in lockstep, but nothing is learned from it.
+        The rows may run in length-sorted chunks, each with its own backward; their losses are
+        parts of the whole update's loss, so the accumulated gradient is the unchunked one. A
+        non-finite chunk loss is counted (`nonfinite`) and replaced by a zero loss: its backward
+        still runs, so DDP ranks stay in lockstep, but nothing is learned from it.
         """
         a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
         optimizer.zero_grad()
-        zero = 0.0 * sum(p.sum() for p in self.policy.parameters())  # touches every weight
-        if len(groups) > 0:
-            rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(ro.input_ids.device)  # [b*G]
-            part = select_rows(ro, rows)
-            logps, ent = token_logprobs(self.policy, part.input_ids, part.attention_mask, part.prompt_len,
-                                        part.temperatures, with_entropy=True) if entropy else (
-                self._logprobs(self.policy, part), None)  # [b*G, T]
-            # with one update per rollout the policy is still the rollout policy: no extra forward
-            old = logps.detach() if step.old_logps is None else step.old_logps[rows]
-            loss, stats = policy_loss(
-                logps, step.ref_logps[rows], old, step.advantages[rows], step.mask[rows], beta=beta,
-                clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl_fn, aggregate=a.loss,
-            )
-            tokens = step.mask[rows]
-            stats["entropy"] = (ent * tokens).sum() / tokens.sum().clamp(min=1) if ent is not None else zero.detach()
-        else:  # nothing to learn from
-            loss = zero
-            stats = {k: zero.detach() for k in ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high",
-                                                 "ratio_mean", "ratio_max", "entropy")}
-        finite = bool(torch.isfinite(loss))
-        if not finite:
-            log.warning("step %d: non-finite loss %s; this update is skipped", self.global_step, loss.item())
-            loss = zero
-        self.manual_backward(loss)
+        rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(ro.input_ids.device)  # [b*G]
+        total_tokens = step.mask[rows].sum()
+        aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
+        parts, nonfinite = [], 0
+        for chunk in self._chunks(ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
+            if len(chunk) == 0:  # fewer rows than chunks
+                loss, stats = self._zero_loss(), None
+            else:
+                loss, stats = self._chunk_loss(step, rows[chunk], beta, aggregate, entropy)
+            if not torch.isfinite(loss):
+                log.warning("step %d: non-finite loss %s; this chunk is skipped", self.global_step, loss.item())
+                nonfinite += 1
+                loss, stats = self._zero_loss(), None
+            self.manual_backward(loss)
+            parts.append((loss.detach(), stats))
         if a.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
         optimizer.step()
         schedule.step()
-        return {"loss": loss.detach(), "nonfinite": torch.tensor(float(not finite), device=self.device), **stats}
+        return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=self.device),
+                **merge_stats([st for _, st in parts if st is not None], self.device)}
+
+    def _chunk_loss(self, step: PreparedStep, rows: torch.Tensor, beta: float, aggregate, entropy: bool):
+        """This chunk's part of the update loss, on its rows trimmed to their longest completion."""
+        a = self.algo
+        part = trim(select_rows(step.rollout, rows))
+        t = part.completion_mask.shape[1]
+        if entropy:
+            logps, ent = token_logprobs(self.policy, part.input_ids, part.attention_mask, part.prompt_len,
+                                        part.temperatures, with_entropy=True)  # [c, t] each
+        else:
+            logps, ent = self._logprobs(self.policy, part), None  # [c, t]
+        # with one update per rollout the policy is still the rollout policy: no extra forward
+        old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]
+        mask = step.mask[rows, :t]  # [c, t]
+        loss, stats = policy_loss(
+            logps, step.ref_logps[rows, :t], old, step.advantages[rows], mask, beta=beta,
+            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl_fn, aggregate=aggregate,
+        )
+        stats["tokens"] = mask.sum()
+        if ent is not None:
+            stats["entropy"] = (ent * mask).sum() / mask.sum().clamp(min=1)
+        return loss, stats
+
+    def _zero_loss(self) -> torch.Tensor:
+        """0, but touching every weight, so every rank's backward reduces the same parameters."""
+        return 0.0 * sum(p.sum() for p in self.policy.parameters())
+
+    def _chunks(self, lengths: torch.Tensor, prompt_len: int) -> list[torch.Tensor]:
+        """Length-sorted chunks when they save enough padded work, judged on the mean over ranks
+        so that every rank runs the same number of backwards."""
+        k = self.algo.length_chunks
+        saving = chunk_saving(lengths, prompt_len, k)
+        if k > 1 and self._trainer is not None:
+            saving = float(self.trainer.strategy.reduce(torch.tensor(saving, device=self.device), reduce_op="mean"))
+        return length_chunks(lengths, k if saving > CHUNK_WHEN_SAVING_ABOVE else 1)
+
+    def _chunked_logprobs(self, model: torch.nn.Module, ro: Rollout, chunks: list[torch.Tensor]) -> torch.Tensor:
+        """[N, T] log-probs, each chunk scored on its rows trimmed to their longest completion."""
+        if len(chunks) == 1:
+            return self._logprobs(model, ro)
+        out = torch.zeros(ro.completion_mask.shape, dtype=torch.float32, device=ro.input_ids.device)  # [N, T]
+        for chunk in chunks:
+            if len(chunk):
+                part = trim(select_rows(ro, chunk))
+                out[chunk, : part.completion_mask.shape[1]] = self._logprobs(model, part)
+        return out
 
     def _samples(self, sampled: SampledGroups, groups: torch.Tensor, advantages: torch.Tensor,
                  per_step: int = 4) -> list[dict]:

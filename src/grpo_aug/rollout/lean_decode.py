@@ -85,6 +85,12 @@ class LeanDecoder:
         self.kv_size = model.config.num_key_value_heads * self.head_dim
         self.t = 0
 
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only rows `keep` [A'] (indices into the current batch) from now on."""
+        self.keys = [k[keep] for k in self.keys]
+        self.values = [v[keep] for v in self.values]
+        self.bias, self.cos, self.sin = self.bias[keep], self.cos[keep], self.sin[keep]
+
     @staticmethod
     def _norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
         # HF's RMSNorm computes in float32; for float32 activations torch's fused rms_norm is that

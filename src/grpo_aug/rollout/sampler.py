@@ -84,16 +84,32 @@ def generate(
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
         decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
-    tokens, alive = [], []
+    completion = torch.full((n, max_new_tokens), pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
+    alive = torch.zeros(n, max_new_tokens, dtype=torch.bool, device=device)  # [N, T]
+    active = torch.arange(n, device=device)  # the rows still in the decode batch
+    steps = 0
     for step in range(max_new_tokens):
-        token = sample_next_token(logits, temperatures, top_p, generator)  # [N]
-        token = torch.where(finished, torch.full_like(token, pad), token)
-        tokens.append(token)
-        alive.append(~finished)
-        finished = finished | (token == eos)
+        token = sample_next_token(logits, temperatures[active], top_p, generator)  # [A]
+        done = finished[active]  # ended earlier, not yet dropped from the batch
+        token = torch.where(done, torch.full_like(token, pad), token)
+        completion[active, step] = token
+        alive[active, step] = ~done
+        finished[active] = done | (token == eos)
+        steps = step + 1
         # one host sync per token; it lets the loop end early, which pays for itself
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
+        # rows that ended leave the batch once they are a quarter of it: every later token then
+        # costs only the rows still writing
+        running = ~finished[active]  # [A]
+        if int(running.sum()) <= 0.75 * len(active):
+            keep = running.nonzero().squeeze(1)  # [A']
+            active, token = active[keep], token[keep]
+            if decoder is not None:
+                decoder.select(keep)
+            else:
+                cache.batch_select_indices(keep)
+                attn, position = attn[keep], position[keep]
         if decoder is not None:
             logits = decoder.step(token)
             continue
@@ -103,8 +119,8 @@ def generate(
         logits = out.logits[:, -1].float()
     model.train(was_training)
 
-    completion = torch.stack(tokens, dim=1)  # [N, T]
-    completion_mask = torch.stack(alive, dim=1).to(prompt_mask.dtype)  # [N, T]
+    completion = completion[:, :steps]  # [N, T]
+    completion_mask = alive[:, :steps].to(prompt_mask.dtype)  # [N, T]
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
     return Rollout(
         input_ids=torch.cat([prompt_ids, completion], dim=1),  # [N, P + T]
