@@ -1,8 +1,37 @@
-"""Token log-probabilities of completions under a model, at each row's sampling temperature."""
+"""Token log-probabilities of completions under a model, at each row's sampling temperature.
+
+The rows of a group share their prompt. For Llama-family models the prompt is run once per
+distinct prompt and its keys/values are indexed out to the rows (gradients flow back through the
+index and add up), then only the completion tokens run, attending to that shared prefix: the
+same numbers as one forward over every full row, without computing each prompt G times.
+"""
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+
+from grpo_aug.rollout.lean_decode import supports
+
+
+def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       prompt_len: int) -> torch.Tensor:
+    """Logits [N, T, V] predicting each completion token, with shared prompts run once."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
+    prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
+    if prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        return logits[:, prompt_len - 1 : -1]  # [N, T, V]
+    first = torch.zeros(len(prompts), dtype=torch.long, device=input_ids.device)
+    first[row_prompt] = torch.arange(len(input_ids), device=input_ids.device)  # a row holding each prompt
+    cache = DynamicCache()
+    head = model(input_ids=prompts, attention_mask=attention_mask[first, :prompt_len],
+                 position_ids=position_ids[first, :prompt_len], cache=cache, use_cache=True, logits_to_keep=1)
+    for layer in cache.layers:  # [U, KV, P, D] -> [N, KV, P, D], differentiable
+        layer.keys, layer.values = layer.keys[row_prompt], layer.values[row_prompt]
+    tail = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
+                 position_ids=position_ids[:, prompt_len:-1], cache=cache, use_cache=True).logits  # [N, T-1, V]
+    return torch.cat([head.logits[row_prompt, -1:], tail], dim=1)  # [N, T, V]
 
 
 def token_logprobs(
@@ -20,9 +49,7 @@ def token_logprobs(
     that sampled the row (a greedy row, T = 0, is scored at T = 1). Returns [N, T] float32, and
     with `with_entropy` also the detached entropy of each position's distribution, [N, T].
     """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, prompt_len - 1 : -1].float()  # [N, T, V] predicts tokens P..P+T-1
+    logits = _completion_logits(model, input_ids, attention_mask, prompt_len).float()  # [N, T, V] tokens P..P+T-1
     temps = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
     logits = logits / temps.to(logits.dtype)[:, None, None]  # [N, T, V]
     targets = input_ids[:, prompt_len:]  # [N, T]
