@@ -20,8 +20,11 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
     prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
     if prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        return logits[:, prompt_len - 1 : -1]  # [N, T, V]
+        # only the positions that predict completion tokens go through the vocabulary projection
+        keep = input_ids.shape[1] - prompt_len + 1
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       logits_to_keep=keep).logits  # [N, T+1, V]
+        return logits[:, :-1]  # [N, T, V]
     first = torch.zeros(len(prompts), dtype=torch.long, device=input_ids.device)
     first[row_prompt] = torch.arange(len(input_ids), device=input_ids.device)  # a row holding each prompt
     cache = DynamicCache()
