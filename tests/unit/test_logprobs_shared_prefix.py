@@ -39,6 +39,13 @@ def test_shared_prefix_matches_full_rows(monkeypatch):
     full, full_entropy = token_logprobs(model, ids, mask, P, temps, with_entropy=True)
     assert torch.allclose(shared[on], full[on], atol=1e-5)
     assert torch.allclose(entropy[on], full_entropy[on], atol=1e-5)
+    # entropy by its definition, from the full-row logits at each row's temperature
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask,
+                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[:, P - 1 : -1]
+        t = torch.where(temps > 0, temps, torch.ones_like(temps))[:, None, None]
+        expected = torch.distributions.Categorical(logits=logits / t).entropy()  # [N, T]
+    assert torch.allclose(entropy[on], expected[on], atol=1e-5)
     params = list(model.parameters())
     g_shared = torch.autograd.grad(shared[on].sum(), params)
     g_full = torch.autograd.grad(full[on].sum(), params)

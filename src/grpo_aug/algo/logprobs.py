@@ -13,6 +13,8 @@ from transformers import DynamicCache
 
 from grpo_aug.rollout.lean_decode import supports
 
+ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
+
 
 def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        prompt_len: int) -> torch.Tensor:
@@ -63,6 +65,10 @@ def token_logprobs(
     if not with_entropy:
         return logps
     with torch.no_grad():
-        # H = logsumexp(z) - sum softmax(z) z, one row at a time to bound the [T, V] temporaries
-        entropy = torch.stack([lse[i] - (torch.softmax(logits[i], -1) * logits[i]).sum(-1) for i in range(len(logits))])
+        # H = logsumexp(z) - sum softmax(z) z, in blocks of rows to bound the [rows, T, V] temporaries
+        blocks = []
+        for i in range(0, len(logits), ENTROPY_BLOCK):
+            z = logits[i : i + ENTROPY_BLOCK]  # [rows, T, V]
+            blocks.append(lse[i : i + ENTROPY_BLOCK] - (torch.softmax(z, -1) * z).sum(-1))
+        entropy = torch.cat(blocks)  # [N, T]
     return logps, entropy  # [N, T], [N, T]
