@@ -13,7 +13,13 @@ from omegaconf import DictConfig
 from grpo_aug.pipeline import train
 from grpo_aug.preflight import preflight
 
-MODES = {"train": lambda cfg: train(cfg) and 0, "preflight": preflight}
+
+def train_mode(cfg: DictConfig) -> int:
+    train(cfg)
+    return 0  # a failure raises
+
+
+MODES = {"train": train_mode, "preflight": preflight}
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -45,12 +45,17 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def read_events(run_dir: Path) -> dict[str, dict]:
-    """Histograms and text entries of the run's event files: {'histograms': {tag: [(step, count)]},
-    'texts': {tag: [(step, text)]}}, read with TensorBoard's own reader."""
+    """Histograms, text entries and hparams tags of the run's event files: {'histograms': {tag:
+    [(step, count)]}, 'texts': {tag: [(step, text)]}, 'hparams': {tag}}, read with TensorBoard's
+    own readers."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out: dict[str, dict] = {"histograms": {}, "texts": {}}
+    out: dict[str, dict] = {"histograms": {}, "texts": {}, "hparams": set()}
     for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+        for event in EventFileLoader(str(f)).Load():  # hparams summaries carry no value to accumulate
+            out["hparams"].update(v.tag for v in event.summary.value if v.metadata.plugin_data.plugin_name == "hparams")
         acc = EventAccumulator(str(f), size_guidance={"histograms": 0, "tensors": 0})
         acc.Reload()
         for tag in acc.Tags()["histograms"]:

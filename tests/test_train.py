@@ -41,6 +41,8 @@ def test_fast_run_logs_every_health_metric(tmp_path):
         assert [s for s, _ in events["histograms"][f"distributions/{name}"]][:2] == [1, 2]
     # debug=fast: 2 prompts x G=4 per step -> 8 rewards and 8 lengths per histogram
     assert events["histograms"]["distributions/rewards"][0][1] == 8
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= events["hparams"]
+    assert "final/eval/accuracy/easy" in scalars
     samples = [t for tag, rows in events["texts"].items() if tag.startswith("samples/") for _, t in rows]
     assert samples and "| prompt | completion | T | reward | advantage |" in samples[0] and "Q: What is" in samples[0]
     for tag in ("health/completion_length_p50", "health/length_polarisation", "health/entropy_mean",

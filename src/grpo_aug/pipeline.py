@@ -100,21 +100,11 @@ def final_health(trainer: L.Trainer) -> dict[str, float]:
 
 
 def log_final_hparams(trainer: L.Trainer, cfg: DictConfig, final: dict[str, float]) -> None:
-    """The run's settings next to its final numbers in TensorBoard's HPARAMS tab."""
-    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
+    """The run's settings next to its final numbers in TensorBoard's HPARAMS tab (the logger
+    flattens the nested config itself)."""
+    params = OmegaConf.to_container(cfg, resolve=True)
     metrics = {f"final/{k}": v for k, v in final.items() if k.startswith(("eval/", "health/", "train/reward"))}
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            logger.log_hyperparams(flat, metrics)
-
-
-def flatten(tree, prefix: str = "") -> dict[str, str | float | int | bool]:
-    """{'a': {'b': 1}} -> {'a.b': 1}; lists and None become strings (TensorBoard takes scalars)."""
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = value if isinstance(value, (int, float, bool, str)) else str(value)
-    return out
+            logger.log_hyperparams(params, metrics)
+            logger.finalize("success")  # fit already closed the writer; this one must be flushed too

@@ -116,7 +116,7 @@ def sample_batches(module, datamodule, batches: int):
     with torch.no_grad():
         for step in range(batches):
             batch = [datamodule.train_records[i] for i in sampler.batch_at(step)]
-            sampled = module._sample_round(batch)
+            sampled = module.sample_round(batch)
             datamodule.schedule.observe(step, float(sampled.rewards.mean()))
             rewards.append(sampled.rewards.cpu())  # [B, G]
             lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())

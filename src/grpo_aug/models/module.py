@@ -60,26 +60,20 @@ STAT_MAX = ("kl_max", "ratio_max")
 
 
 def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
-    """Chunk stats -> update stats: token-weighted means, maxima for the *_max entries."""
+    """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
+    stat (entropy is measured on some updates only), maxima for the *_max entries."""
     names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "entropy")
-    zero = torch.zeros((), device=device)
-    if not parts:
-        return dict.fromkeys(names, zero)
-    tokens = torch.stack([p["tokens"] for p in parts]).float()
-    weights = tokens / tokens.sum().clamp(min=1)
     merged = {}
     for name in names:
-        values = [p[name] for p in parts if name in p]
-        if not values:
-            merged[name] = zero
+        reporting = [p for p in parts if name in p]
+        if not reporting:
+            merged[name] = torch.zeros((), device=device)
         elif name in STAT_MAX:
-            merged[name] = torch.stack(values).max()
-        elif name == "entropy":
-            with_entropy = [(p["entropy"], p["tokens"]) for p in parts if "entropy" in p]
-            total = sum(float(t) for _, t in with_entropy)
-            merged[name] = sum(e * t for e, t in with_entropy) / max(total, 1.0)
+            merged[name] = torch.stack([p[name] for p in reporting]).max()
         else:
-            merged[name] = (torch.stack(values) * weights).sum()
+            tokens = torch.stack([p["tokens"] for p in reporting]).float()
+            values = torch.stack([p[name] for p in reporting])
+            merged[name] = (values * tokens).sum() / tokens.sum().clamp(min=1)
     return merged
 
 
@@ -203,7 +197,7 @@ class GRPOModule(L.LightningModule):
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
 
         # 1. sample: one batched rollout of B x G rows, rewards, near-copy marks
-        rounds = [self._sample_round(batch)]
+        rounds = [self.sample_round(batch)]
 
         # 2. optionally leave out groups with no reward spread, refilling from the same bucket
         informative = rounds[0].informative  # [B]
@@ -213,7 +207,7 @@ class GRPOModule(L.LightningModule):
                                      len(rounds), used)
             if not extra:
                 break
-            rounds.append(self._sample_round(extra))
+            rounds.append(self.sample_round(extra))
             informative = torch.cat([r.informative for r in rounds])
         sampled = merge_rounds(rounds, self.tokenizer.pad_token_id)
         keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]
@@ -398,7 +392,7 @@ class GRPOModule(L.LightningModule):
             for logger in self.trainer.loggers:
                 logger.log_metrics(scalars, step=self.global_step)
 
-    def _sample_round(self, prompts: list[Prompt]) -> SampledGroups:
+    def sample_round(self, prompts: list[Prompt]) -> SampledGroups:
         """Roll out G rows for each prompt in one batched call; score and dedup them."""
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
         n = len(prompts)
