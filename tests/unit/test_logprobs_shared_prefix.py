@@ -1,4 +1,5 @@
-"""Scoring with the prompt run once per group equals scoring every full row: values and gradients."""
+"""Scoring with the prompt run once per group (packed forward, or HF forward with a shared KV
+prefix) equals scoring every full row: values and gradients."""
 
 import pytest
 import torch
@@ -29,12 +30,19 @@ def _case():
     return model, ids, mask, P, temps, completion_mask.bool()
 
 
-def test_shared_prefix_matches_full_rows(monkeypatch):
+@pytest.mark.parametrize("path", ["packed", "hf_shared_prefix"])
+def test_shared_prefix_matches_full_rows(path, monkeypatch):
     model, ids, mask, P, temps, on = _case()
     calls = []
     model.register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    if path == "hf_shared_prefix":  # what a sharded model gets
+        monkeypatch.setattr(logprobs, "packable", lambda m: False)
     shared, entropy = token_logprobs(model, ids, mask, P, temps, with_entropy=True)
-    assert calls == [(3, P), (6, ids.shape[1] - P - 1)]  # 3 distinct prompts once, then completions only
+    if path == "packed":
+        assert calls == []  # the model's own forward never runs
+    else:
+        assert calls == [(3, P), (6, ids.shape[1] - P - 1)]  # 3 distinct prompts once, then completions only
+    monkeypatch.setattr(logprobs, "packable", lambda m: False)
     monkeypatch.setattr(logprobs, "supports", lambda m: False)
     full, full_entropy = token_logprobs(model, ids, mask, P, temps, with_entropy=True)
     assert torch.allclose(shared[on], full[on], atol=1e-5)
@@ -52,7 +60,8 @@ def test_shared_prefix_matches_full_rows(monkeypatch):
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_shared, g_full))
 
 
-def test_distinct_prompts_take_the_plain_path():
+def test_distinct_prompts_take_the_plain_path(monkeypatch):
+    monkeypatch.setattr(logprobs, "packable", lambda m: False)  # the HF path: nothing to share, one forward
     model, ids, mask, P, temps, on = _case()
     calls = []
     model.register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape), with_kwargs=True)

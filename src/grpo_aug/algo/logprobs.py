@@ -1,9 +1,10 @@
 """Token log-probabilities of completions under a model, at each row's sampling temperature.
 
-The rows of a group share their prompt. For Llama-family models the prompt is run once per
-distinct prompt and its keys/values are indexed out to the rows (gradients flow back through the
-index and add up), then only the completion tokens run, attending to that shared prefix: the
-same numbers as one forward over every full row, without computing each prompt G times.
+The rows of a group share their prompt. Llama-family models take the packed forward
+(`lean_forward.py`: each distinct prompt once, no padding tokens). Where a strategy shards the
+weights, the HF forward still runs each prompt once and indexes its keys/values out to the rows
+(gradients flow back through the index and add up), then only the completion tokens run,
+attending to that shared prefix. Both give the numbers of one forward over every full row.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from grpo_aug.algo.lean_forward import packable, packed_completion_logits
 from grpo_aug.rollout.lean_decode import supports
 
 ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
@@ -19,6 +21,8 @@ ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
 def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        prompt_len: int) -> torch.Tensor:
     """Logits [N, T, V] predicting each completion token, with shared prompts run once."""
+    if packable(model) and prompt_len > 0:
+        return packed_completion_logits(model, input_ids, attention_mask, prompt_len)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
     prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
     if prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model):

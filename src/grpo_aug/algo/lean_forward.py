@@ -1,0 +1,144 @@
+"""A packed forward for scoring completions with Llama-family models: the HF math, without padding.
+
+A scoring batch is mostly padding and repetition: the G rows of a group share their prompt, and
+rows end at different lengths, so a padded [N, P + T] block holds far more tokens than were
+written. Here every position-wise step (norms, q/k/v, output and MLP projections, the vocabulary
+projection) runs on a packed matrix of the real tokens only: each distinct prompt's tokens once,
+then each row's completion tokens up to where it ended. Only attention goes back to a padded
+layout: the prompts attend causally among themselves; each completion attends to its own prompt's
+keys/values (indexed out to the row, so gradients add up over the group) and causally to itself.
+`tests/unit/test_lean_forward.py` checks logits and gradients against the HF forward.
+
+Reading weights directly is not possible when a strategy shards them (FSDP, DeepSpeed ZeRO-3):
+`packable` says no and the caller keeps the HF forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from grpo_aug.rollout.lean_decode import LeanDecoder, residual, supports
+
+FUSE_BELOW_HIDDEN = 1024  # fuse q/k/v and gate/up weights only for models this narrow (see _layer)
+
+
+def packable(model: torch.nn.Module) -> bool:
+    if not supports(model):
+        return False
+    sharded = any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in model.modules())
+    return not sharded and not any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [M, heads, D]; cos/sin [M, 1, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+def _unpack(flat: torch.Tensor, index: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+    """flat [M, heads, D] at positions `index` of a [rows * length] grid -> [rows, heads, length, D]."""
+    grid = flat.new_zeros(rows * length, *flat.shape[1:]).index_copy(0, index, flat)  # [rows*L, heads, D]
+    return grid.view(rows, length, *flat.shape[1:]).transpose(1, 2)
+
+
+def _pack(grid: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """[rows, heads, L, D] -> [M, heads * D] at positions `index`."""
+    rows, heads, length, d = grid.shape
+    return grid.transpose(1, 2).reshape(rows * length, heads * d).index_select(0, index)
+
+
+class _Layout:
+    """Where the real tokens sit: `index_*` into the padded grids, masks for attention."""
+
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> None:
+        p = prompt_len
+        mask = attention_mask.bool()  # [N, P+T]
+        distinct, self.row_prompt = torch.unique(torch.cat([input_ids[:, :p], attention_mask[:, :p]], 1), dim=0,
+                                                 return_inverse=True)  # [U, 2P], [N]
+        self.prompt_ids, prompt_mask = distinct[:, :p], distinct[:, p:].bool()  # [U, P]
+        self.u, self.n, self.p = len(distinct), len(input_ids), p
+        self.t = input_ids.shape[1] - p - 1  # completion tokens that are inputs (the last one only a target)
+        tail_mask = mask[:, p : p + self.t]  # [N, T']
+        self.index_prompt = prompt_mask.flatten().nonzero().squeeze(1)  # [Mp] into [U*P]
+        self.index_tail = tail_mask.flatten().nonzero().squeeze(1)  # [Mt] into [N*T']
+        self.ids = torch.cat([self.prompt_ids.flatten()[self.index_prompt],
+                              input_ids[:, p : p + self.t].flatten()[self.index_tail]])  # [M]
+        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
+        tail_pos = prompt_pos[self.row_prompt, -1:] + 1 + torch.arange(self.t, device=input_ids.device)  # [N, T']
+        self.positions = torch.cat([prompt_pos.flatten()[self.index_prompt], tail_pos.flatten()[self.index_tail]])
+        self.mp = len(self.index_prompt)
+        # the last prompt token is real (left padding), so it is the last packed token of its prompt
+        self.last_prompt = prompt_mask.long().sum(-1).cumsum(0) - 1  # [U] into the packed prompt tokens
+        causal_p = torch.ones(p, p, dtype=torch.bool, device=mask.device).tril()
+        # a padding query sees only itself (zero key and value): finite, and never read
+        eye = torch.eye(p, dtype=torch.bool, device=mask.device)
+        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | eye  # [U, P, P]
+        causal_t = torch.ones(self.t, self.t, dtype=torch.bool, device=mask.device).tril()
+        self.mask_tail = torch.cat([prompt_mask[self.row_prompt, None, :].expand(-1, self.t, -1),
+                                    causal_t.expand(self.n, -1, -1)], dim=-1)  # [N, T', P+T']
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [B, Hq, L, D], k/v [B, KV, S, D], mask [B, L, S] (True = visible) -> [B, Hq, L, D]."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=scale,
+                                          enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lay: _Layout,
+           d: int) -> torch.Tensor:
+    """One decoder layer on packed tokens x [M, H]."""
+    a, mlp = layer.self_attn, layer.mlp
+    h = LeanDecoder._norm(x, layer.input_layernorm)  # [M, H]
+    if x.shape[-1] < FUSE_BELOW_HIDDEN:
+        # few, small matmuls: one call each for q/k/v and gate/up is faster; the concatenated
+        # weights are kept for backward, a copy that only narrow models can afford
+        w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])  # [(Hq+2KV)*D, H]
+        b = None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+        q, k, v = F.linear(h, w, b).split(
+            [a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features], -1)
+    else:
+        q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+    q = _rope(q.view(len(x), -1, d), cos, sin)  # [M, Hq, D]
+    k = _rope(k.view(len(x), -1, d), cos, sin)  # [M, KV, D]
+    v = v.view(len(x), -1, d)  # [M, KV, D]
+    mp = lay.mp
+    qp, kp, vp = (_unpack(z[:mp], lay.index_prompt, lay.u, lay.p) for z in (q, k, v))  # [U, heads, P, D]
+    out_prompt = _pack(_attend(qp, kp, vp, lay.mask_prompt, a.scaling), lay.index_prompt)  # [Mp, Hq*D]
+    if lay.t > 0:
+        qt, kt, vt = (_unpack(z[mp:], lay.index_tail, lay.n, lay.t) for z in (q, k, v))  # [N, heads, T', D]
+        kt = torch.cat([kp[lay.row_prompt], kt], dim=2)  # [N, KV, P+T', D]
+        vt = torch.cat([vp[lay.row_prompt], vt], dim=2)
+        out_tail = _pack(_attend(qt, kt, vt, lay.mask_tail, a.scaling), lay.index_tail)  # [Mt, Hq*D]
+        out = torch.cat([out_prompt, out_tail])  # [M, Hq*D]
+    else:
+        out = out_prompt
+    x = residual(x, out, a.o_proj.weight, a.o_proj.bias)  # [M, H]
+    h = LeanDecoder._norm(x, layer.post_attention_layernorm)
+    if x.shape[-1] < FUSE_BELOW_HIDDEN and mlp.gate_proj.bias is None:
+        gate, up = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).chunk(2, dim=-1)  # [M, I]
+    else:
+        gate, up = mlp.gate_proj(h), mlp.up_proj(h)
+    return residual(x, mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # [M, H]
+
+
+def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                             prompt_len: int) -> torch.Tensor:
+    """Logits [N, T, V] predicting each completion token (zeros where the input token is padding).
+
+    input_ids/attention_mask: [N, P + T], prompts left-padded to P, completions right-padded.
+    """
+    lay = _Layout(input_ids, attention_mask, prompt_len)
+    core = model.model
+    x = core.embed_tokens(lay.ids)  # [M, H]
+    cos, sin = core.rotary_emb(x, lay.positions[None])  # [1, M, D]
+    cos, sin = cos[0, :, None].to(x.dtype), sin[0, :, None].to(x.dtype)  # [M, 1, D]
+    d = core.layers[0].self_attn.head_dim
+    for layer in core.layers:
+        x = _layer(layer, x, cos, sin, lay, d)
+    # the vocabulary projection only where a completion token is predicted
+    wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H]
+    logits = model.lm_head(LeanDecoder._norm(wanted, core.norm))  # [U + Mt, V]
+    first = logits[: lay.u][lay.row_prompt, None]  # [N, 1, V]
+    tail = logits.new_zeros(lay.n * lay.t, logits.shape[-1]).index_copy(0, lay.index_tail, logits[lay.u :])
+    return torch.cat([first, tail.view(lay.n, lay.t, logits.shape[-1])], dim=1)  # [N, T, V]

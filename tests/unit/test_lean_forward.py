@@ -1,0 +1,86 @@
+"""The packed scoring forward against the HF forward over full rows: logits and gradients."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+import grpo_aug.algo.lean_forward as lean_forward
+from grpo_aug.algo.lean_forward import packable, packed_completion_logits
+
+
+def _model(kind: str, hidden: int = 32):
+    torch.manual_seed(0)
+    common = dict(vocab_size=30, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2)
+    if kind == "qwen2":  # q/k/v biases, grouped KV heads
+        return Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=False))
+    return LlamaForCausalLM(LlamaConfig(**common))
+
+
+def _batch():
+    """3 prompts (one left-padded) in 6 rows, groups not contiguous; completions of unequal length."""
+    g = torch.Generator().manual_seed(1)
+    P, T = 5, 6
+    prompts = torch.randint(3, 30, (3, P), generator=g)
+    prompt_mask = torch.ones(3, P, dtype=torch.long)
+    prompt_mask[1, :2] = 0
+    prompts[1, :2] = 0
+    rows = torch.tensor([0, 2, 0, 1, 2, 1])
+    completion = torch.randint(3, 30, (6, T), generator=g)
+    completion_mask = torch.ones(6, T, dtype=torch.long)
+    completion_mask[0, 3:] = 0  # ended after 3 tokens
+    completion_mask[3, 1:] = 0  # ended after 1 token
+    completion[completion_mask == 0] = 0
+    ids = torch.cat([prompts[rows], completion], 1)
+    mask = torch.cat([prompt_mask[rows], completion_mask], 1)
+    return ids, mask, P, completion_mask.bool()
+
+
+def _hf_logits(model, ids, mask, P):
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, P - 1 : -1]  # [N, T, V]
+
+
+@pytest.mark.parametrize("kind,hidden", [("llama", 32), ("qwen2", 32), ("llama", 1024)])
+def test_packed_logits_and_gradients_match_the_hf_forward(kind, hidden, monkeypatch):
+    if hidden >= 1024:  # the unfused projections of wide models, on a narrow one
+        monkeypatch.setattr(lean_forward, "FUSE_BELOW_HIDDEN", 16)
+        hidden = 32
+    model = _model(kind, hidden)
+    ids, mask, P, on = _batch()
+    assert packable(model)
+    packed = packed_completion_logits(model, ids, mask, P)
+    plain = _hf_logits(model, ids, mask, P)
+    assert packed.shape == plain.shape
+    assert torch.allclose(packed[on], plain[on], atol=1e-5), (packed[on] - plain[on]).abs().max()
+    # a loss on the real positions only: the same gradient for every weight
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(2))
+    params = [p for p in model.parameters()]
+    g_packed = torch.autograd.grad((packed[on] * weights[on]).sum(), params)
+    g_plain = torch.autograd.grad((plain[on] * weights[on]).sum(), params)
+    for (name, _), a, b in zip(model.named_parameters(), g_packed, g_plain):
+        assert torch.allclose(a, b, atol=1e-5), (name, (a - b).abs().max())
+
+
+def test_rows_that_all_differ_and_single_token_completions():
+    model = _model("llama")
+    ids, mask, P, on = _batch()
+    rows = [0, 1, 3]  # three distinct prompts
+    one = ids[rows, : P + 1], mask[rows, : P + 1]  # one completion token: no completion inputs at all
+    assert torch.allclose(packed_completion_logits(model, *one, P), _hf_logits(model, *one, P), atol=1e-5)
+    full = ids[rows], mask[rows]
+    assert torch.allclose(packed_completion_logits(model, *full, P)[on[rows]],
+                          _hf_logits(model, *full, P)[on[rows]], atol=1e-5)
+
+
+def test_sharded_models_are_not_packable():
+    model = _model("llama")
+
+    class FullyShardedDataParallel(torch.nn.Module):  # stands in for a strategy's wrapper
+        pass
+
+    model.model.layers[0].add_module("wrapped", FullyShardedDataParallel())
+    assert not packable(model)
+    other = _model("llama")
+    next(other.parameters()).ds_id = 0  # DeepSpeed ZeRO-3 marks partitioned parameters
+    assert not packable(other)
