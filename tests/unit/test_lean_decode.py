@@ -40,19 +40,25 @@ def test_lean_decode_matches_the_hf_forward(kind):
     assert torch.equal(a.input_ids, b.input_ids)
 
 
-def test_lean_step_logits_close_to_hf():
+@pytest.mark.parametrize("kind", ["llama_gqa", "qwen2"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_lean_step_logits_close_to_hf(kind, fused, monkeypatch):
     from transformers import DynamicCache
 
+    import grpo_aug.rollout.lean_decode as lean_decode
     from grpo_aug.rollout.lean_decode import LeanDecoder
 
+    if not fused:  # the wide-model path (the module's own weights), on a narrow model
+        monkeypatch.setattr(lean_decode, "FUSE_BELOW_HIDDEN", 16)
     tok = build_char_tokenizer()
-    model = _model("llama_gqa", tok)
+    model = _model(kind, tok)
     enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     pos = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     with torch.no_grad():
         model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, position_ids=pos, cache=cache, use_cache=True)
         decoder = LeanDecoder(model, cache, enc.attention_mask, pos[:, -1:] + 1 + torch.arange(4), 4)
+        assert all(p.fused == fused for p in decoder.projections)
         ids, mask = enc.input_ids, enc.attention_mask
         for t in range(4):
             token = torch.full((len(PROMPTS),), 10 + t)

@@ -18,9 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grpo_aug.rollout.lean_decode import LeanDecoder, residual, supports
-
-FUSE_BELOW_HIDDEN = 1024  # fuse q/k/v and gate/up weights only for models this narrow (see _layer)
+from grpo_aug.rollout.lean_decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, supports
 
 
 def packable(model: torch.nn.Module) -> bool:

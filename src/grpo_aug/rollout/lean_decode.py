@@ -5,12 +5,9 @@ Decoding one token through the HF model rebuilds a 4-D attention mask, grows eve
 KV cache with torch.cat and walks generic kwargs plumbing on each call: for small models that
 overhead is most of the time. Here the prompt is prefilled by the HF model itself (one call), its
 keys/values are copied once into buffers sized for the whole completion, and each new token runs
-through the model's own weights, attending over a slice of those buffers.
-The q/k/v projections and the MLP's gate/up projections are fused into one matmul each (their
-weights are concatenated once per rollout, a copy the size of those weights): at decode time
-every row contributes a single token, and for small models the number of matmul calls, not
-their size, sets the pace. Models this does not cover fall back to the HF forward;
-`tests/unit/test_lean_decode.py` checks tokens and logits against it.
+through the model's own weights, attending over a slice of those buffers (for narrow models,
+weights re-laid-out once per rollout: `_Projections`). Models this does not cover fall back to
+the HF forward; `tests/unit/test_lean_decode.py` checks tokens and logits against it.
 """
 
 from __future__ import annotations
@@ -37,6 +34,60 @@ def residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch
     if bias is None:
         return torch.addmm(x, h, weight.t())
     return x + F.linear(h, weight, bias)
+
+
+FUSE_BELOW_HIDDEN = 1024  # models narrower than this get fused, re-laid-out weight copies
+
+
+class _Projections:
+    """One layer's matmuls for decoding, set up once per rollout.
+
+    Narrow models: at decode time every row contributes a single token, and the number of matmul
+    calls, not their size, sets the pace. q/k/v and gate/up are concatenated into one matmul each,
+    and every weight is stored transposed, [in, out] contiguous: with a handful of rows the matmul
+    streams the weight, and MKL streams that layout about twice as fast as [out, in]. These copies
+    are the size of the layer's weights, which only narrow models can afford; wider models use
+    their own weights, where the matmuls are large enough for the call count not to matter.
+    The attention scale is folded into the query (RoPE is linear, so scaling q before it equals
+    scaling the scores after it).
+    """
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        a, mlp = layer.self_attn, layer.mlp
+        self.attn, self.mlp = a, mlp
+        self.fused = a.q_proj.in_features < FUSE_BELOW_HIDDEN
+        if not self.fused:
+            return
+        qkv = [a.q_proj, a.k_proj, a.v_proj]
+        self.qkv_w = torch.cat([qkv[0].weight * a.scaling, qkv[1].weight, qkv[2].weight]).t().contiguous()  # [H, Q+2K]
+        self.qkv_b = None if qkv[0].bias is None else torch.cat([qkv[0].bias * a.scaling, qkv[1].bias, qkv[2].bias])
+        self.o_w = a.o_proj.weight.t().contiguous()  # [Q, H]
+        self.gate_up_w = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous()  # [H, 2I]
+        self.down_w = mlp.down_proj.weight.t().contiguous()  # [I, H]
+
+    def qkv(self, h: torch.Tensor) -> torch.Tensor:
+        """[N, H] -> [N, Q + 2 KV] (q already scaled)."""
+        if self.fused:
+            return h @ self.qkv_w if self.qkv_b is None else torch.addmm(self.qkv_b, h, self.qkv_w)
+        a = self.attn
+        return torch.cat([a.q_proj(h) * a.scaling, a.k_proj(h), a.v_proj(h)], dim=-1)
+
+    def out(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """x + o_proj(h)."""
+        if self.fused:
+            y = torch.addmm(x, h, self.o_w)
+            return y if self.attn.o_proj.bias is None else y + self.attn.o_proj.bias
+        return x + self.attn.o_proj(h)
+
+    def mlp_residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """x + down(act(gate(h)) * up(h))."""
+        m = self.mlp
+        if not self.fused:
+            return x + m.down_proj(m.act_fn(m.gate_proj(h)) * m.up_proj(h))
+        gate, up = (h @ self.gate_up_w if m.gate_proj.bias is None else
+                    torch.addmm(torch.cat([m.gate_proj.bias, m.up_proj.bias]), h, self.gate_up_w)).chunk(2, dim=-1)
+        y = torch.addmm(x, m.act_fn(gate) * up, self.down_w)
+        return y if m.down_proj.bias is None else y + m.down_proj.bias
 
 
 class LeanDecoder:
@@ -69,18 +120,7 @@ class LeanDecoder:
         self.heads = model.config.num_attention_heads
         self.head_dim = attn.head_dim
         self.kv_heads = model.config.num_key_value_heads
-        self.weights = []  # per layer: everything step() needs, looked up once
-        for layer in self.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            # the attention scale is folded into the query rows (rotary embedding is linear, so
-            # scaling q before it equals scaling the scores after it)
-            qkv_weight = torch.cat([a.q_proj.weight * a.scaling, a.k_proj.weight, a.v_proj.weight])  # [(Hq+2KV)*D, H]
-            biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
-            qkv_bias = torch.cat([biases[0] * a.scaling, *biases[1:]]) if all(b is not None for b in biases) else None
-            gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])  # [2I, H]
-            self.weights.append((layer.input_layernorm, qkv_weight, qkv_bias, a.o_proj.weight, a.o_proj.bias,
-                                 layer.post_attention_layernorm, gate_up, mlp.down_proj.weight, mlp.down_proj.bias,
-                                 mlp.act_fn))
+        self.projections = [_Projections(layer) for layer in self.layers]
         self.q_size = self.heads * self.head_dim
         self.kv_size = model.config.num_key_value_heads * self.head_dim
         self.t = 0
@@ -111,8 +151,8 @@ class LeanDecoder:
         cos, sin = self.cos[:, self.t : self.t + 1], self.sin[:, self.t : self.t + 1]  # [N, 1, D]
         bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]
         x = self.model.model.embed_tokens(token)  # [N, H]
-        for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up, down_w, down_b, act) in enumerate(self.weights):
-            q, k, v = F.linear(self._norm(x, ln1), qkv_w, qkv_b).split([self.q_size, self.kv_size, self.kv_size], -1)
+        for i, (layer, proj) in enumerate(zip(self.layers, self.projections)):
+            q, k, v = proj.qkv(self._norm(x, layer.input_layernorm)).split([self.q_size, self.kv_size, self.kv_size], -1)
             q = self._rope(q.view(n, -1, d), cos, sin)  # [N, Hq, D]
             k = self._rope(k.view(n, -1, d), cos, sin)  # [N, KV, D]
             self.keys[i][:, :, at] = k
@@ -122,8 +162,7 @@ class LeanDecoder:
             q = q.view(n, self.kv_heads, -1, d)  # [N, KV, groups, D]
             scores = q @ self.keys[i][:, :, : at + 1].transpose(-1, -2) + bias  # [N, KV, groups, at+1]
             out = torch.softmax(scores, dim=-1) @ self.values[i][:, :, : at + 1]  # [N, KV, groups, D]
-            x = residual(x, out.reshape(n, -1), o_w, o_b)  # [N, H]
-            gate, up = F.linear(self._norm(x, ln2), gate_up).chunk(2, dim=-1)  # [N, I] each
-            x = residual(x, act(gate) * up, down_w, down_b)
+            x = proj.out(x, out.reshape(n, -1))  # [N, H]
+            x = proj.mlp_residual(x, self._norm(x, layer.post_attention_layernorm))
         self.t += 1
         return self.model.lm_head(self._norm(x, self.model.model.norm)).float()  # [N, V]
