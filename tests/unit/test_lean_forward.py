@@ -41,15 +41,20 @@ def _hf_logits(model, ids, mask, P):
     return model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, P - 1 : -1]  # [N, T, V]
 
 
-@pytest.mark.parametrize("kind,hidden", [("llama", 32), ("qwen2", 32), ("llama", 1024)])
-def test_packed_logits_and_gradients_match_the_hf_forward(kind, hidden, monkeypatch):
+@pytest.mark.parametrize("kind,hidden,grouped", [("llama", 32, False), ("qwen2", 32, False), ("llama", 1024, False),
+                                                 ("llama", 32, True), ("qwen2", 32, True)])
+def test_packed_logits_and_gradients_match_the_hf_forward(kind, hidden, grouped, monkeypatch):
     if hidden >= 1024:  # the unfused projections of wide models, on a narrow one
         monkeypatch.setattr(lean_forward, "FUSE_BELOW_HIDDEN", 16)
         hidden = 32
+    if grouped:  # completions attend in length-sorted groups whatever the saving
+        monkeypatch.setattr(lean_forward, "ATTENTION_SAVING", -1.0)
     model = _model(kind, hidden)
     ids, mask, P, on = _batch()
     assert packable(model)
-    packed = packed_completion_logits(model, ids, mask, P)
+    groups = lean_forward._Layout(ids, mask, P, 4).groups
+    assert len(groups) == (4 if grouped else 1)
+    packed = packed_completion_logits(model, ids, mask, P, length_groups=4)
     plain = _hf_logits(model, ids, mask, P)
     assert packed.shape == plain.shape
     assert torch.allclose(packed[on], plain[on], atol=1e-5), (packed[on] - plain[on]).abs().max()
@@ -84,3 +89,15 @@ def test_sharded_models_are_not_packable():
     other = _model("llama")
     next(other.parameters()).ds_id = 0  # DeepSpeed ZeRO-3 marks partitioned parameters
     assert not packable(other)
+
+
+def test_attention_groups_only_when_they_save_enough():
+    # 7 short rows and one long one: one grid of 8 x 20 x (4 + 20) = 3840; sorted groups of two
+    # rows: 2x1x5 + 2x1x5 + 2x2x6 + 2x20x24 = 1004, a saving of 74%
+    lengths = torch.tensor([20, 1, 2, 1, 2, 1, 1, 2])
+    groups = lean_forward.attention_groups(lengths, 4, 4)
+    assert [sorted(lengths[g].tolist()) for g in groups] == [[1, 1], [1, 1], [2, 2], [2, 20]]
+    # similar lengths: 8 x 10 x 14 = 1120 vs 2x9x13 x2 + 2x10x14 x2 = 1028, 8% saved: one group
+    similar = torch.tensor([9, 10, 9, 10, 9, 10, 9, 10])
+    assert [g.tolist() for g in lean_forward.attention_groups(similar, 4, 4)] == [list(range(8))]
+    assert [g.tolist() for g in lean_forward.attention_groups(lengths, 4, 1)] == [list(range(8))]

@@ -259,3 +259,13 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
         chunked_ref = m._chunked_logprobs(m.reference, step.rollout, length_chunks(lengths, 3))
     on = step.rollout.completion_mask.bool()
     assert torch.allclose(plain[on], chunked_ref[on], atol=1e-5)
+
+
+def test_packed_models_score_in_one_chunk_others_in_length_chunks(tiny_model_dir, monkeypatch):
+    import grpo_aug.models.module as module_lib
+
+    m = _module(tiny_model_dir, algo=AlgoSettings(length_chunks=4))
+    lengths = torch.tensor([30, 1, 1, 1, 2, 2, 1, 1])  # one long row: chunks would save most of the block
+    assert [c.tolist() for c in m._chunks(lengths, 5)] == [list(range(8))]  # packed: attention groups instead
+    monkeypatch.setattr(module_lib, "packable", lambda model: False)
+    assert len(m._chunks(lengths, 5)) == 4

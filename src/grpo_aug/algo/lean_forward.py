@@ -15,10 +15,15 @@ Reading weights directly is not possible when a strategy shards them (FSDP, Deep
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
 from grpo_aug.rollout.lean_decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, supports
+from grpo_aug.rollout.merge import length_chunks
+
+ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
 
 def packable(model: torch.nn.Module) -> bool:
@@ -46,10 +51,36 @@ def _pack(grid: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return grid.transpose(1, 2).reshape(rows * length, heads * d).index_select(0, index)
 
 
+class _TailGroup(NamedTuple):
+    """Rows whose completions attend together, in a grid as long as their longest."""
+
+    prompt_of: torch.Tensor  # [n] each row's distinct prompt
+    t: int  # grid length
+    index: torch.Tensor  # [m] the real tokens' places in the [n * t] grid, in packed order
+    mask: torch.Tensor  # [n, t, P + t] True = visible (own prompt's real tokens, then causal)
+
+
+def attention_groups(lengths: torch.Tensor, prompt_len: int, count: int) -> list[torch.Tensor]:
+    """Rows in `count` length-sorted groups when that saves over ATTENTION_SAVING of the attention
+    work (rows x length x (prompt + length)), else one group. Matmuls see only real tokens anyway;
+    attention runs on padded grids, and one long row would make every row pay for its length."""
+    one = [torch.arange(len(lengths), device=lengths.device)]
+    if count <= 1 or len(lengths) < count:
+        return one
+    groups = length_chunks(lengths, count)
+
+    def work(rows_list):
+        return sum(len(r) * int(lengths[r].max()) * (prompt_len + int(lengths[r].max())) for r in rows_list)
+
+    whole = work(one)
+    return groups if whole and 1 - work(groups) / whole > ATTENTION_SAVING else one
+
+
 class _Layout:
     """Where the real tokens sit: `index_*` into the padded grids, masks for attention."""
 
-    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> None:
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                 length_groups: int) -> None:
         p = prompt_len
         mask = attention_mask.bool()  # [N, P+T]
         distinct, self.row_prompt = torch.unique(torch.cat([input_ids[:, :p], attention_mask[:, :p]], 1), dim=0,
@@ -57,24 +88,35 @@ class _Layout:
         self.prompt_ids, prompt_mask = distinct[:, :p], distinct[:, p:].bool()  # [U, P]
         self.u, self.n, self.p = len(distinct), len(input_ids), p
         self.t = input_ids.shape[1] - p - 1  # completion tokens that are inputs (the last one only a target)
-        tail_mask = mask[:, p : p + self.t]  # [N, T']
+        tail_mask = mask[:, p : p + self.t]  # [N, T'] a prefix of each row: completions are right-padded
+        dev = input_ids.device
         self.index_prompt = prompt_mask.flatten().nonzero().squeeze(1)  # [Mp] into [U*P]
-        self.index_tail = tail_mask.flatten().nonzero().squeeze(1)  # [Mt] into [N*T']
-        self.ids = torch.cat([self.prompt_ids.flatten()[self.index_prompt],
-                              input_ids[:, p : p + self.t].flatten()[self.index_tail]])  # [M]
-        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
-        tail_pos = prompt_pos[self.row_prompt, -1:] + 1 + torch.arange(self.t, device=input_ids.device)  # [N, T']
-        self.positions = torch.cat([prompt_pos.flatten()[self.index_prompt], tail_pos.flatten()[self.index_tail]])
         self.mp = len(self.index_prompt)
+        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
         # the last prompt token is real (left padding), so it is the last packed token of its prompt
         self.last_prompt = prompt_mask.long().sum(-1).cumsum(0) - 1  # [U] into the packed prompt tokens
-        causal_p = torch.ones(p, p, dtype=torch.bool, device=mask.device).tril()
+        causal_p = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
         # a padding query sees only itself (zero key and value): finite, and never read
-        eye = torch.eye(p, dtype=torch.bool, device=mask.device)
-        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | eye  # [U, P, P]
-        causal_t = torch.ones(self.t, self.t, dtype=torch.bool, device=mask.device).tril()
-        self.mask_tail = torch.cat([prompt_mask[self.row_prompt, None, :].expand(-1, self.t, -1),
-                                    causal_t.expand(self.n, -1, -1)], dim=-1)  # [N, T', P+T']
+        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | torch.eye(p, dtype=torch.bool, device=dev)  # [U, P, P]
+        # completion tokens are packed group by group (rows of similar length, see attention_groups)
+        self.groups: list[_TailGroup] = []
+        grid_index = []  # each packed completion token's place in the [N, T'] grid
+        for rows in attention_groups(tail_mask.sum(-1), p, length_groups):
+            t = int(tail_mask[rows].sum(-1).max()) if len(rows) else 0
+            if t == 0:
+                continue
+            index = tail_mask[rows, :t].flatten().nonzero().squeeze(1)  # [m] into [n*t]
+            causal = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+            prompt_of = self.row_prompt[rows]  # [n]
+            mask_g = torch.cat([prompt_mask[prompt_of, None, :].expand(-1, t, -1), causal.expand(len(rows), -1, -1)],
+                               dim=-1)  # [n, t, P+t]
+            self.groups.append(_TailGroup(prompt_of, t, index, mask_g))
+            grid_index.append((rows[:, None] * self.t + torch.arange(t, device=dev)).flatten()[index])
+        self.index_tail = torch.cat(grid_index) if grid_index else torch.zeros(0, dtype=torch.long, device=dev)
+        tail_pos = prompt_pos[self.row_prompt, -1:] + 1 + torch.arange(self.t, device=dev)  # [N, T']
+        self.ids = torch.cat([self.prompt_ids.flatten()[self.index_prompt],
+                              input_ids[:, p : p + self.t].flatten()[self.index_tail]])  # [M]
+        self.positions = torch.cat([prompt_pos.flatten()[self.index_prompt], tail_pos.flatten()[self.index_tail]])
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -103,14 +145,15 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
     mp = lay.mp
     qp, kp, vp = (_unpack(z[:mp], lay.index_prompt, lay.u, lay.p) for z in (q, k, v))  # [U, heads, P, D]
     out_prompt = _pack(_attend(qp, kp, vp, lay.mask_prompt, a.scaling), lay.index_prompt)  # [Mp, Hq*D]
-    if lay.t > 0:
-        qt, kt, vt = (_unpack(z[mp:], lay.index_tail, lay.n, lay.t) for z in (q, k, v))  # [N, heads, T', D]
-        kt = torch.cat([kp[lay.row_prompt], kt], dim=2)  # [N, KV, P+T', D]
-        vt = torch.cat([vp[lay.row_prompt], vt], dim=2)
-        out_tail = _pack(_attend(qt, kt, vt, lay.mask_tail, a.scaling), lay.index_tail)  # [Mt, Hq*D]
-        out = torch.cat([out_prompt, out_tail])  # [M, Hq*D]
-    else:
-        out = out_prompt
+    outs, start = [out_prompt], mp
+    for g in lay.groups:
+        end = start + len(g.index)
+        qt, kt, vt = (_unpack(z[start:end], g.index, len(g.prompt_of), g.t) for z in (q, k, v))  # [n, heads, t, D]
+        kt = torch.cat([kp[g.prompt_of], kt], dim=2)  # [n, KV, P+t, D]
+        vt = torch.cat([vp[g.prompt_of], vt], dim=2)
+        outs.append(_pack(_attend(qt, kt, vt, g.mask, a.scaling), g.index))  # [m, Hq*D]
+        start = end
+    out = torch.cat(outs)  # [M, Hq*D]
     x = residual(x, out, a.o_proj.weight, a.o_proj.bias)  # [M, H]
     h = LeanDecoder._norm(x, layer.post_attention_layernorm)
     if x.shape[-1] < FUSE_BELOW_HIDDEN and mlp.gate_proj.bias is None:
@@ -121,12 +164,13 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
 
 
 def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                             prompt_len: int) -> torch.Tensor:
+                             prompt_len: int, length_groups: int = 1) -> torch.Tensor:
     """Logits [N, T, V] predicting each completion token (zeros where the input token is padding).
 
     input_ids/attention_mask: [N, P + T], prompts left-padded to P, completions right-padded.
+    length_groups: completions attend in up to this many length-sorted groups (`attention_groups`).
     """
-    lay = _Layout(input_ids, attention_mask, prompt_len)
+    lay = _Layout(input_ids, attention_mask, prompt_len, length_groups)
     core = model.model
     x = core.embed_tokens(lay.ids)  # [M, H]
     cos, sin = core.rotary_emb(x, lay.positions[None])  # [1, M, D]
@@ -135,7 +179,7 @@ def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, at
     for layer in core.layers:
         x = _layer(layer, x, cos, sin, lay, d)
     # the vocabulary projection only where a completion token is predicted
-    wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H]
+    wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H], completion tokens in packed order
     logits = model.lm_head(LeanDecoder._norm(wanted, core.norm))  # [U + Mt, V]
     first = logits[: lay.u][lay.row_prompt, None]  # [N, 1, V]
     tail = logits.new_zeros(lay.n * lay.t, logits.shape[-1]).index_copy(0, lay.index_tail, logits[lay.u :])

@@ -19,10 +19,10 @@ ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
 
 
 def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       prompt_len: int) -> torch.Tensor:
+                       prompt_len: int, length_groups: int) -> torch.Tensor:
     """Logits [N, T, V] predicting each completion token, with shared prompts run once."""
     if packable(model) and prompt_len > 0:
-        return packed_completion_logits(model, input_ids, attention_mask, prompt_len)
+        return packed_completion_logits(model, input_ids, attention_mask, prompt_len, length_groups)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
     prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
     if prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model):
@@ -50,6 +50,7 @@ def token_logprobs(
     prompt_len: int,
     temperatures: torch.Tensor,
     with_entropy: bool = False,
+    length_groups: int = 1,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log p(completion token | prefix) for every completion position.
 
@@ -57,8 +58,9 @@ def token_logprobs(
     Logits are divided by the row's temperature so the ratio compares the same distribution
     that sampled the row (a greedy row, T = 0, is scored at T = 1). Returns [N, T] float32, and
     with `with_entropy` also the detached entropy of each position's distribution, [N, T].
+    length_groups: for packed models, completions attend in up to this many length-sorted groups.
     """
-    logits = _completion_logits(model, input_ids, attention_mask, prompt_len).float()  # [N, T, V] tokens P..P+T-1
+    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, length_groups).float()  # [N, T, V] tokens P..P+T-1
     temps = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
     logits = logits / temps.to(logits.dtype)[:, None, None]  # [N, T, V]
     targets = input_ids[:, prompt_len:]  # [N, T]

@@ -23,7 +23,7 @@ class AlgoSettings:
     num_iterations: int = 1  # mu: optimizer passes over each rollout
     minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
     max_grad_norm: float | None = 1.0
-    length_chunks: int = 4  # when padding is wasteful, rows run in this many length-sorted chunks
+    length_chunks: int = 4  # when padding is wasteful, rows are grouped by length (attention or whole chunks)
     mask_truncated: bool = False
     overlong_buffer: int = 0  # DAPO soft overlong punishment over the last N tokens; 0 = off
     overlong_penalty: float = 1.0

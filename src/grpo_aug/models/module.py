@@ -13,6 +13,7 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
+from grpo_aug.algo.lean_forward import packable
 from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
@@ -288,7 +289,8 @@ class GRPOModule(L.LightningModule):
         t = part.completion_mask.shape[1]
         if entropy:
             logps, ent = token_logprobs(self.policy, part.input_ids, part.attention_mask, part.prompt_len,
-                                        part.temperatures, with_entropy=True)  # [c, t] each
+                                        part.temperatures, with_entropy=True,
+                                        length_groups=a.length_chunks)  # [c, t] each
         else:
             logps, ent = self._logprobs(self.policy, part), None  # [c, t]
         # with one update per rollout the policy is still the rollout policy: no extra forward
@@ -309,8 +311,9 @@ class GRPOModule(L.LightningModule):
 
     def _chunks(self, lengths: torch.Tensor, prompt_len: int) -> list[torch.Tensor]:
         """Length-sorted chunks when they save enough padded work, judged on the mean over ranks
-        so that every rank runs the same number of backwards."""
-        k = self.algo.length_chunks
+        so that every rank runs the same number of backwards. Packed models compute no padding
+        but in attention, which they group themselves (`length_groups`): one chunk."""
+        k = 1 if packable(self.policy) else self.algo.length_chunks
         saving = chunk_saving(lengths, prompt_len, k)
         if k > 1 and self._trainer is not None:
             saving = float(self.trainer.strategy.reduce(torch.tensor(saving, device=self.device), reduce_op="mean"))
@@ -411,7 +414,8 @@ class GRPOModule(L.LightningModule):
                              informative_groups(rewards, valid))
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
-        return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)
+        return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures,
+                              length_groups=self.algo.length_chunks)
 
     # -- greedy held-out accuracy per bucket ------------------------------------------------
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
