@@ -78,7 +78,7 @@ def test_rows_that_all_differ_and_single_token_completions():
                           _hf_logits(model, *full, P)[on[rows]], atol=1e-5)
 
 
-def test_sharded_models_are_not_packable():
+def test_sharded_or_checkpointed_models_are_not_packable():
     model = _model("llama")
 
     class FullyShardedDataParallel(torch.nn.Module):  # stands in for a strategy's wrapper
@@ -89,6 +89,9 @@ def test_sharded_models_are_not_packable():
     other = _model("llama")
     next(other.parameters()).ds_id = 0  # DeepSpeed ZeRO-3 marks partitioned parameters
     assert not packable(other)
+    checkpointed = _model("llama")
+    checkpointed.gradient_checkpointing_enable()
+    assert not packable(checkpointed)
 
 
 def test_attention_groups_only_when_they_save_enough():

@@ -9,8 +9,9 @@ layout: the prompts attend causally among themselves; each completion attends to
 keys/values (indexed out to the row, so gradients add up over the group) and causally to itself.
 `tests/unit/test_lean_forward.py` checks logits and gradients against the HF forward.
 
-Reading weights directly is not possible when a strategy shards them (FSDP, DeepSpeed ZeRO-3):
-`packable` says no and the caller keeps the HF forward.
+Reading weights directly is not possible when a strategy shards them (FSDP, DeepSpeed ZeRO-3),
+and this forward keeps every activation, so a model set up for gradient checkpointing keeps its
+own: in both cases `packable` says no and the caller uses the HF forward.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ATTENTION_SAVING = 0.3  # group completions for attention when that saves more t
 
 
 def packable(model: torch.nn.Module) -> bool:
-    if not supports(model):
+    if not supports(model) or getattr(model, "is_activation_checkpointing", False):
         return False
     sharded = any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in model.modules())
     return not sharded and not any(hasattr(p, "ds_id") for p in model.parameters())
