@@ -121,8 +121,6 @@ class LeanDecoder:
         self.head_dim = attn.head_dim
         self.kv_heads = model.config.num_key_value_heads
         self.projections = [_Projections(layer) for layer in self.layers]
-        self.q_size = self.heads * self.head_dim
-        self.kv_size = model.config.num_key_value_heads * self.head_dim
         self.t = 0
 
     def select(self, keep: torch.Tensor) -> None:
@@ -152,11 +150,11 @@ class LeanDecoder:
         bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]
         x = self.model.model.embed_tokens(token)  # [N, H]
         for i, (layer, proj) in enumerate(zip(self.layers, self.projections)):
-            q, k, v = proj.qkv(self._norm(x, layer.input_layernorm)).split([self.q_size, self.kv_size, self.kv_size], -1)
-            q = self._rope(q.view(n, -1, d), cos, sin)  # [N, Hq, D]
-            k = self._rope(k.view(n, -1, d), cos, sin)  # [N, KV, D]
-            self.keys[i][:, :, at] = k
-            self.values[i][:, :, at] = v.view(n, -1, d)
+            qkv = proj.qkv(self._norm(x, layer.input_layernorm)).view(n, -1, d)  # [N, Hq+2KV, D]
+            qk = self._rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # [N, Hq+KV, D] one call for both
+            q = qk[:, : self.heads]  # [N, Hq, D]
+            self.keys[i][:, :, at] = qk[:, self.heads :]
+            self.values[i][:, :, at] = qkv[:, self.heads + self.kv_heads :]
             # one query token: plain matmuls beat scaled_dot_product_attention's CPU dispatch here;
             # query heads are grouped over their shared KV head (head h reads KV head h // groups)
             q = q.view(n, self.kv_heads, -1, d)  # [N, KV, groups, D]
