@@ -212,7 +212,7 @@ def step_flops(workload: str, prompt_tokens: float, new_tokens: float) -> dict[s
             "total": generate + 4 * scored}
 
 
-def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
+def matmul_flops_per_second(n: int = 1024, repeats: int = 20) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
     times = []
@@ -254,16 +254,19 @@ def main() -> None:
         child(args.child, args.workload, args.model, args.steps)
         return
     torch.set_num_threads(2)
-    peak = matmul_flops_per_second()
-    report = {"threads": 2, "matmul_gflops": peak / 1e9, "workloads": {}}
+    # the machine's speed drifts during a run: the matmul throughput is measured before every
+    # trainer run and each workload's share uses the median of its own measurements
+    report = {"threads": 2, "workloads": {}}
     for workload in WORKLOADS if args.workload == "both" else [args.workload]:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = build_model(workload, Path(tmp) / "model")
-            runs = defaultdict(list)
+            runs, peaks = defaultdict(list), []
             for _ in range(args.rounds):
                 for which in ("grpo_aug", "trl"):
+                    peaks.append(matmul_flops_per_second())
                     runs[which].append(spawn(which, workload, model_dir, args.steps))
-        entry = {}
+        peak = statistics.median(peaks)
+        entry = {"matmul_gflops": {"median": peak / 1e9, "min": min(peaks) / 1e9, "max": max(peaks) / 1e9}}
         for which, results in runs.items():
             after = [t for r in results for t in r["step_seconds"][args.warmup:]]
             entry[which] = {"median_step_s": statistics.median(after), "steps_timed": len(after),

@@ -98,3 +98,15 @@ def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
         assert n == int(lengths[i])
         start = batch.prompt_len
         assert torch.equal(batch.input_ids[i, start : start + n], alone.input_ids[0, alone.prompt_len : alone.prompt_len + n])
+
+
+def test_sharded_models_sample_through_their_own_forward(monkeypatch):
+    import grpo_aug.rollout.sampler as sampler
+
+    tok = build_char_tokenizer()
+    model = _model("llama", tok)
+    next(model.parameters()).ds_id = 0  # how DeepSpeed ZeRO-3 marks a partitioned parameter
+    monkeypatch.setattr(sampler, "LeanDecoder", None)  # would fail if constructed
+    greedy = torch.zeros(len(PROMPTS))
+    out = generate(model, tok, PROMPTS, greedy, 1.0, 8)
+    assert torch.equal(out.input_ids, generate(model, tok, PROMPTS, greedy, 1.0, 8, lean=False).input_ids)

@@ -21,17 +21,14 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_aug.rollout.lean_decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, supports
+from grpo_aug.rollout.lean_decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, sharded, supports
 from grpo_aug.rollout.merge import length_chunks
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
 
 def packable(model: torch.nn.Module) -> bool:
-    if not supports(model) or getattr(model, "is_activation_checkpointing", False):
-        return False
-    sharded = any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in model.modules())
-    return not sharded and not any(hasattr(p, "ds_id") for p in model.parameters())
+    return supports(model) and not sharded(model) and not getattr(model, "is_activation_checkpointing", False)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,13 @@ def supports(model: torch.nn.Module) -> bool:
     return rope_type == "default" and not sliding and not getattr(config, "attention_dropout", 0.0)
 
 
+def sharded(model: torch.nn.Module) -> bool:
+    """True when a strategy shards the weights (FSDP, DeepSpeed ZeRO-3): they cannot be read
+    directly outside the model's own forward, so the lean paths step aside."""
+    wrapped = any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in model.modules())
+    return wrapped or any(hasattr(p, "ds_id") for p in model.parameters())
+
+
 def residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x + h @ weight.T (+ bias), the add fused into the matmul when there is no bias."""
     if bias is None:

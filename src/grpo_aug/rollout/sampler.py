@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from grpo_aug.rollout.lean_decode import LeanDecoder, supports
+from grpo_aug.rollout.lean_decode import LeanDecoder, sharded, supports
 from grpo_aug.rollout.types import Rollout
 
 
@@ -80,7 +80,7 @@ def generate(
         layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
     position = first_position[index, -1:]  # [N, 1]
     decoder = None
-    if lean and supports(model):
+    if lean and supports(model) and not sharded(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
         decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
