@@ -93,7 +93,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
 
     w = WORKLOADS[workload]
     module = GRPOModule(
-        name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR),
+        name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR, fused=True),
         reward=RewardSet([RewardFunction(Digits())]),
         rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
         algo=AlgoSettings(max_grad_norm=1.0),
