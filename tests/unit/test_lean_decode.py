@@ -6,7 +6,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from grpo_aug.models.tiny import build_char_tokenizer
 from grpo_aug.rollout import generate
-from grpo_aug.rollout.lean_decode import supports
+from grpo_aug.lean.decode import supports
 
 PROMPTS = ["Q: What is 4 + 5?\nA: ", "Q: 7?\nA: ", "Q: What is (12 + 3) * 2?\nA: "]
 
@@ -45,8 +45,8 @@ def test_lean_decode_matches_the_hf_forward(kind):
 def test_lean_step_logits_close_to_hf(kind, fused, monkeypatch):
     from transformers import DynamicCache
 
-    import grpo_aug.rollout.lean_decode as lean_decode
-    from grpo_aug.rollout.lean_decode import LeanDecoder
+    import grpo_aug.lean.decode as lean_decode
+    from grpo_aug.lean.decode import LeanDecoder
 
     if not fused:  # the wide-model path (the module's own weights), on a narrow model
         monkeypatch.setattr(lean_decode, "FUSE_BELOW_HIDDEN", 16)
@@ -78,7 +78,7 @@ def test_unsupported_models_fall_back():
 
 
 def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
-    from grpo_aug.rollout.lean_decode import LeanDecoder
+    from grpo_aug.lean.decode import LeanDecoder
 
     tok = build_char_tokenizer()
     model = _model("llama_gqa", tok)

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-import grpo_aug.algo.lean_forward as lean_forward
-from grpo_aug.algo.lean_forward import packable, packed_completion_logits
+import grpo_aug.lean.forward as lean_forward
+from grpo_aug.lean.forward import packable, packed_completion_logits
 
 
 def _model(kind: str, hidden: int = 32):

@@ -1,7 +1,7 @@
 """Token log-probabilities of completions under a model, at each row's sampling temperature.
 
 The rows of a group share their prompt. Llama-family models take the packed forward
-(`lean_forward.py`: each distinct prompt once, no padding tokens). Where a strategy shards the
+(`grpo_aug/lean/forward.py`: each distinct prompt once, no padding tokens). Where a strategy shards the
 weights, the HF forward still runs each prompt once and indexes its keys/values out to the rows
 (gradients flow back through the index and add up), then only the completion tokens run,
 attending to that shared prefix. Both give the numbers of one forward over every full row.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from grpo_aug.algo.lean_forward import packable, packed_completion_logits
-from grpo_aug.rollout.lean_decode import supports
+from grpo_aug.lean.decode import supports
+from grpo_aug.lean.forward import packable, packed_completion_logits
 
 ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
 

@@ -13,10 +13,10 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
-from grpo_aug.algo.lean_forward import packable
 from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.lean.forward import packable
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from grpo_aug.rollout.lean_decode import LeanDecoder, sharded, supports
+from grpo_aug.lean.decode import LeanDecoder, sharded, supports
 from grpo_aug.rollout.types import Rollout
 
 

@@ -21,8 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_aug.rollout.lean_decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, sharded, supports
-from grpo_aug.rollout.merge import length_chunks
+from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, sharded, supports
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
@@ -65,7 +64,7 @@ def attention_groups(lengths: torch.Tensor, prompt_len: int, count: int) -> list
     one = [torch.arange(len(lengths), device=lengths.device)]
     if count <= 1 or len(lengths) < count:
         return one
-    groups = length_chunks(lengths, count)
+    groups = list(torch.tensor_split(torch.argsort(lengths, stable=True), count))  # shortest first
 
     def work(rows_list):
         return sum(len(r) * int(lengths[r].max()) * (prompt_len + int(lengths[r].max())) for r in rows_list)
