@@ -122,7 +122,12 @@ class LeanDecoder:
         self.bias = bias[:, None, None, :]  # [N, 1, 1, P+T] added to the attention scores
         # rotary cos/sin for every position a new token will take, computed once
         dummy = self.keys[0]
-        self.cos, self.sin = model.model.rotary_emb(dummy, positions)  # [N, T, D]
+        self.cos, sin = model.model.rotary_emb(dummy, positions)  # [N, T, D]
+        # rotate_half(x) * sin == x[..., swap] * signed_sin: one gather instead of two slices,
+        # a negation and a concatenation per step
+        half = sin.shape[-1] // 2
+        self.sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # [N, T, D]
+        self.swap = torch.cat([torch.arange(half, 2 * half), torch.arange(half)]).to(sin.device)  # [D]
         attn = self.layers[0].self_attn
         self.heads = model.config.num_attention_heads
         self.head_dim = attn.head_dim
@@ -143,11 +148,9 @@ class LeanDecoder:
             return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
         return module(x)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [N, heads, D] at one position per row; cos/sin [N, 1, D]."""
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """x [N, heads, D] at one position per row; cos/signed_sin [N, 1, D]."""
+        return torch.addcmul(x * cos, x.index_select(-1, self.swap), signed_sin)
 
     @torch.no_grad()
     def step(self, token: torch.Tensor) -> torch.Tensor:
