@@ -36,11 +36,12 @@ def sharded(model: torch.nn.Module) -> bool:
     return wrapped or any(hasattr(p, "ds_id") for p in model.parameters())
 
 
-def residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x + h @ weight.T (+ bias), the add fused into the matmul when there is no bias."""
-    if bias is None:
-        return torch.addmm(x, h, weight.t())
-    return x + F.linear(h, weight, bias)
+def rms_norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
+    """The model's RMSNorm `module` applied to x."""
+    # HF's RMSNorm computes in float32; for float32 activations torch's fused rms_norm is that
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+    return module(x)
 
 
 FUSE_BELOW_HIDDEN = 1024  # models narrower than this get fused, re-laid-out weight copies
@@ -70,6 +71,7 @@ class _Projections:
         self.qkv_b = None if qkv[0].bias is None else torch.cat([qkv[0].bias * a.scaling, qkv[1].bias, qkv[2].bias])
         self.o_w = a.o_proj.weight.t().contiguous()  # [Q, H]
         self.gate_up_w = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous()  # [H, 2I]
+        self.gate_up_b = None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
         self.down_w = mlp.down_proj.weight.t().contiguous()  # [I, H]
 
     def qkv(self, h: torch.Tensor) -> torch.Tensor:
@@ -91,8 +93,8 @@ class _Projections:
         m = self.mlp
         if not self.fused:
             return x + m.down_proj(m.act_fn(m.gate_proj(h)) * m.up_proj(h))
-        gate, up = (h @ self.gate_up_w if m.gate_proj.bias is None else
-                    torch.addmm(torch.cat([m.gate_proj.bias, m.up_proj.bias]), h, self.gate_up_w)).chunk(2, dim=-1)
+        gate, up = (h @ self.gate_up_w if self.gate_up_b is None else
+                    torch.addmm(self.gate_up_b, h, self.gate_up_w)).chunk(2, dim=-1)
         y = torch.addmm(x, m.act_fn(gate) * up, self.down_w)
         return y if m.down_proj.bias is None else y + m.down_proj.bias
 
@@ -141,13 +143,6 @@ class LeanDecoder:
         self.values = [v[keep] for v in self.values]
         self.bias, self.cos, self.sin = self.bias[keep], self.cos[keep], self.sin[keep]
 
-    @staticmethod
-    def _norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
-        # HF's RMSNorm computes in float32; for float32 activations torch's fused rms_norm is that
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
-        return module(x)
-
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
         """x [N, heads, D] at one position per row; cos/signed_sin [N, 1, D]."""
         return torch.addcmul(x * cos, x.index_select(-1, self.swap), signed_sin)
@@ -160,7 +155,7 @@ class LeanDecoder:
         bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]
         x = self.model.model.embed_tokens(token)  # [N, H]
         for i, (layer, proj) in enumerate(zip(self.layers, self.projections)):
-            qkv = proj.qkv(self._norm(x, layer.input_layernorm)).view(n, -1, d)  # [N, Hq+2KV, D]
+            qkv = proj.qkv(rms_norm(x, layer.input_layernorm)).view(n, -1, d)  # [N, Hq+2KV, D]
             qk = self._rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # [N, Hq+KV, D] one call for both
             q = qk[:, : self.heads]  # [N, Hq, D]
             self.keys[i][:, :, at] = qk[:, self.heads :]
@@ -171,6 +166,6 @@ class LeanDecoder:
             scores = q @ self.keys[i][:, :, : at + 1].transpose(-1, -2) + bias  # [N, KV, groups, at+1]
             out = torch.softmax(scores, dim=-1) @ self.values[i][:, :, : at + 1]  # [N, KV, groups, D]
             x = proj.out(x, out.reshape(n, -1))  # [N, H]
-            x = proj.mlp_residual(x, self._norm(x, layer.post_attention_layernorm))
+            x = proj.mlp_residual(x, rms_norm(x, layer.post_attention_layernorm))
         self.t += 1
-        return self.model.lm_head(self._norm(x, self.model.model.norm)).float()  # [N, V]
+        return self.model.lm_head(rms_norm(x, self.model.model.norm)).float()  # [N, V]

@@ -21,13 +21,21 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, LeanDecoder, residual, sharded, supports
+from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
+from grpo_aug.rollout.merge import length_chunks
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
 
 def packable(model: torch.nn.Module) -> bool:
     return supports(model) and not sharded(model) and not getattr(model, "is_activation_checkpointing", False)
+
+
+def _residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x + h @ weight.T (+ bias), the add fused into the matmul when there is no bias."""
+    if bias is None:
+        return torch.addmm(x, h, weight.t())
+    return x + F.linear(h, weight, bias)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -64,7 +72,7 @@ def attention_groups(lengths: torch.Tensor, prompt_len: int, count: int) -> list
     one = [torch.arange(len(lengths), device=lengths.device)]
     if count <= 1 or len(lengths) < count:
         return one
-    groups = list(torch.tensor_split(torch.argsort(lengths, stable=True), count))  # shortest first
+    groups = length_chunks(lengths, count)
 
     def work(rows_list):
         return sum(len(r) * int(lengths[r].max()) * (prompt_len + int(lengths[r].max())) for r in rows_list)
@@ -126,7 +134,7 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
            d: int) -> torch.Tensor:
     """One decoder layer on packed tokens x [M, H]."""
     a, mlp = layer.self_attn, layer.mlp
-    h = LeanDecoder._norm(x, layer.input_layernorm)  # [M, H]
+    h = rms_norm(x, layer.input_layernorm)  # [M, H]
     if x.shape[-1] < FUSE_BELOW_HIDDEN:
         # few, small matmuls: one call each for q/k/v and gate/up is faster; the concatenated
         # weights are kept for backward, a copy that only narrow models can afford
@@ -151,13 +159,13 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
         outs.append(_pack(_attend(qt, kt, vt, g.mask, a.scaling), g.index))  # [m, Hq*D]
         start = end
     out = torch.cat(outs)  # [M, Hq*D]
-    x = residual(x, out, a.o_proj.weight, a.o_proj.bias)  # [M, H]
-    h = LeanDecoder._norm(x, layer.post_attention_layernorm)
+    x = _residual(x, out, a.o_proj.weight, a.o_proj.bias)  # [M, H]
+    h = rms_norm(x, layer.post_attention_layernorm)
     if x.shape[-1] < FUSE_BELOW_HIDDEN and mlp.gate_proj.bias is None:
         gate, up = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).chunk(2, dim=-1)  # [M, I]
     else:
         gate, up = mlp.gate_proj(h), mlp.up_proj(h)
-    return residual(x, mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # [M, H]
+    return _residual(x, mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # [M, H]
 
 
 def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -177,7 +185,7 @@ def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, at
         x = _layer(layer, x, cos, sin, lay, d)
     # the vocabulary projection only where a completion token is predicted
     wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H], completion tokens in packed order
-    logits = model.lm_head(LeanDecoder._norm(wanted, core.norm))  # [U + Mt, V]
+    logits = model.lm_head(rms_norm(wanted, core.norm))  # [U + Mt, V]
     first = logits[: lay.u][lay.row_prompt, None]  # [N, 1, V]
     tail = logits.new_zeros(lay.n * lay.t, logits.shape[-1]).index_copy(0, lay.index_tail, logits[lay.u :])
     return torch.cat([first, tail.view(lay.n, lay.t, logits.shape[-1])], dim=1)  # [N, T, V]
