@@ -14,7 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from grpo_aug.eventlog import read_scalars  # noqa: E402
 
 PANELS = [
     ("held-out greedy accuracy", ["eval/accuracy/easy", "eval/accuracy/medium", "eval/accuracy/hard"]),
@@ -27,18 +27,8 @@ PANELS = [
 ]
 
 
-def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    out: dict[str, list[tuple[int, float]]] = {}
-    for f in sorted((run / "tensorboard").glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(f))
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
-    return out
-
-
 def main(run: Path, png: Path) -> Path:
-    data = scalars(run)
+    data = read_scalars(run)
     if not data:
         raise SystemExit(f"no TensorBoard scalars under {run}/tensorboard")
     fig, axes = plt.subplots(2, 3, figsize=(15, 7))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from grpo_aug.eventlog import read_scalars  # noqa: F401  (tests import it from here)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
         "model.tiny.intermediate_size=64"]
@@ -29,19 +31,6 @@ def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600,
             f"paths.cache_dir={cache or tmp_path / 'cache'}", *overrides]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in the run's TensorBoard event files, read with TensorBoard's own reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(f))
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            scalars.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
-    return scalars
 
 
 def read_events(run_dir: Path) -> dict[str, dict]:

@@ -1,0 +1,19 @@
+"""Reading a run's TensorBoard event files back (the plotting script and the tests use it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in `run_dir/tensorboard`'s event files as (step, value) pairs per tag, read
+    with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for f in sorted((Path(run_dir) / "tensorboard").glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return scalars
