@@ -6,8 +6,9 @@ For a batch of A rows, one lean decode step (`grpo_aug.lean.decode.LeanDecoder.s
 against the matmuls it cannot avoid: each layer's q/k/v, output, gate/up and down projections at
 A rows, run layer after layer as decoding does, so every weight is read back from memory once per
 token. `weight_gb_per_s` is the weight bytes those matmuls read per second. With few rows a step
-moves the whole model through memory to produce A tokens: the matmuls are bound by memory
-bandwidth, not by the FLOP rate that `trainer_step.py` reports its share of.
+moves the whole model through the caches to produce A tokens, and the products run far below
+both the FLOP rate that `trainer_step.py` reports its share of and this machine's memory
+bandwidth (~33 GB/s from DRAM): the small-M GEMM kernels' cost per call sets the pace.
 """
 
 from __future__ import annotations
