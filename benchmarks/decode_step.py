@@ -14,29 +14,16 @@ bandwidth (~33 GB/s from DRAM): the small-M GEMM kernels' cost per call sets the
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_step import build_model  # noqa: E402
+from trainer_step import build_model, median_seconds  # noqa: E402
 
 PROMPT, TOKENS_BEFORE = 6, 20  # a step after 20 generated tokens, as in the middle of a rollout
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -68,7 +55,7 @@ def main() -> None:
         token = torch.randint(5, 19, (a_rows,))
         for _ in range(TOKENS_BEFORE):
             decoder.step(token)
-        step_s = _median_seconds(lambda: decoder.step(token), 30)
+        step_s = median_seconds(lambda: decoder.step(token), 30, warmup=3)
         x = {w.shape[0]: torch.randn(a_rows, w.shape[0]) for ws in weights for w in ws}
 
         def matmuls(layers):
@@ -76,8 +63,8 @@ def main() -> None:
                 for w in ws:
                     x[w.shape[0]] @ w
 
-        streamed = _median_seconds(lambda: matmuls(weights), 30)  # every layer: weights leave the cache
-        cached = _median_seconds(lambda: matmuls([weights[0]] * len(weights)), 30)  # one layer's weights, hot
+        streamed = median_seconds(lambda: matmuls(weights), 30, warmup=3)  # every layer: weights leave the cache
+        cached = median_seconds(lambda: matmuls([weights[0]] * len(weights)), 30, warmup=3)  # one layer's weights, hot
         flops = 2 * a_rows * weight_bytes / 4
         rows.append({"rows": a_rows, "decode_step_ms": step_s * 1e3, "matmuls_ms": streamed * 1e3,
                      "matmuls_one_layer_cached_ms": cached * 1e3, "weight_gb_per_s": weight_bytes / streamed / 1e9,

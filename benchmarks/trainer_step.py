@@ -224,16 +224,19 @@ def matmul_flops_per_second(n: int = 1024, repeats: int = 20) -> dict[str, float
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         bt = b.t().contiguous()  # the primitive takes the weight as [out, in]
         products["onednn_linear"] = lambda: torch.ops.mkldnn._linear_pointwise(a, bt, None, "none", [], "")
-    rates = {}
-    for name, product in products.items():
-        product()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - start)
-        rates[name] = 2 * n**3 / statistics.median(times)
-    return rates
+    return {name: 2 * n**3 / median_seconds(product, repeats) for name, product in products.items()}
+
+
+def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `repeats` calls of fn() after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 # -- driver ------------------------------------------------------------------------------------
