@@ -1,6 +1,6 @@
 """`python train.py mode=preflight`: roll out a few batches without training and check the samples.
 
-The mission's three checks, each with the numbers behind it:
+The three pre-run checks of the sample-augmentation recipe, each with the numbers behind it:
   1. group reward std is informative: median within-group std >= min_median_std and the share
      of zero-std groups <= max_zero_std_frac;
   2. the length distribution is healthy: truncation rate <= max_truncation and p90/p10 of the
@@ -20,11 +20,13 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
 from grpo_aug.data.records import Prompt
 
 log = logging.getLogger(__name__)
@@ -112,33 +114,43 @@ def discrimination(reward, prompts: list[Prompt], seed: int) -> dict[str, float]
 def sample_batches(module, datamodule, batches: int):
     """Roll out the first `batches` training batches of the curriculum, as step 0.. would."""
     sampler = datamodule.make_sampler(start_step=0, rank=0, world_size=1)
-    rewards, lengths, truncated, prompts = [], [], [], []
+    rewards, counted, lengths, truncated, prompts = [], [], [], [], []
     with torch.no_grad():
         for step in range(batches):
             batch = [datamodule.train_records[i] for i in sampler.batch_at(step)]
             sampled = module.sample_round(batch)
-            datamodule.schedule.observe(step, float(sampled.rewards.mean()))
+            datamodule.schedule.observe(step, float(counted_mean(sampled.rewards, sampled.scored)))
             rewards.append(sampled.rewards.cpu())  # [B, G]
+            counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
             lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())
             truncated.append(sampled.rollout.truncated.cpu())
             prompts += batch
-    return torch.cat(rewards), torch.cat(lengths), torch.cat(truncated), prompts
+    return Samples(torch.cat(rewards), torch.cat(counted), torch.cat(lengths), torch.cat(truncated), prompts)
 
 
-def run_checks(rewards, lengths, truncated, aucs, s: PreflightSettings) -> list[Check]:
-    stds = rewards.std(dim=1)  # [N]
-    median_std = stds.median().item()
-    zero = (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean().item()
-    trunc = truncated.float().mean().item()
-    q = torch.quantile(lengths, torch.tensor([0.1, 0.9])).tolist()
-    polar = q[1] / max(q[0], 1.0)
+class Samples(NamedTuple):
+    rewards: torch.Tensor  # [N, G]
+    counted: torch.Tensor  # [N, G] bool, rows that count in their group's statistics
+    lengths: torch.Tensor  # [N*G]
+    truncated: torch.Tensor  # [N*G]
+    prompts: list[Prompt]
+
+
+def run_checks(samples: Samples, aucs, s: PreflightSettings) -> list[Check]:
+    stats = group_stats(samples.rewards, samples.counted)
+    stds = stats.std[stats.has_std]  # [n] groups with a std, as the advantages see them
+    median_std = stds.median().item() if stds.numel() else 0.0
+    zero = (~stats.informative[stats.has_std]).float().mean().item() if stds.numel() else 1.0
+    trunc = samples.truncated.float().mean().item()
+    p10, _, p90 = length_quantiles(samples.lengths)
+    polar = polarisation(p10, p90)
     per_kind = ", ".join(f"{k} {v:.2f}" for k, v in aucs.items() if k != "all")
     return [
         Check("group reward std is informative", median_std >= s.min_median_std and zero <= s.max_zero_std_frac,
               f"median within-group std {median_std:.3f} (>= {s.min_median_std:g}); zero-std groups {zero:.2f} "
               f"(<= {s.max_zero_std_frac:g})"),
         Check("length distribution is healthy", trunc <= s.max_truncation and polar <= s.max_polarisation,
-              f"truncated {trunc:.2f} (<= {s.max_truncation:g}); length p10 {q[0]:.0f}, p90 {q[1]:.0f}, "
+              f"truncated {trunc:.2f} (<= {s.max_truncation:g}); length p10 {p10:.0f}, p90 {p90:.0f}, "
               f"p90/p10 {polar:.1f} (<= {s.max_polarisation:g})"),
         Check("reward discriminates quality", aucs["all"] >= s.min_auc,
               f"AUC {aucs['all']:.3f} (>= {s.min_auc:g}) reference vs corrupted: {per_kind}"),
@@ -153,18 +165,19 @@ def table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def plot(rewards, lengths, path: Path) -> Path:
+def plot(samples: Samples, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.6))
-    a.hist(rewards.reshape(-1).numpy(), bins=20, color="#4472c4")
-    a.set(title="rewards (all rows)", xlabel="reward", ylabel="rows")
-    b.hist(rewards.std(dim=1).numpy(), bins=20, color="#ed7d31")
+    stats = group_stats(samples.rewards, samples.counted)
+    a.hist(samples.rewards[samples.counted].numpy(), bins=20, color="#4472c4")
+    a.set(title="rewards (counted rows)", xlabel="reward", ylabel="rows")
+    b.hist(stats.std[stats.has_std].numpy(), bins=20, color="#ed7d31")
     b.set(title="within-group reward std", xlabel="std", ylabel="groups")
-    c.hist(lengths.numpy(), bins=20, color="#70ad47")
+    c.hist(samples.lengths.numpy(), bins=20, color="#70ad47")
     c.set(title="completion lengths", xlabel="tokens", ylabel="rows")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -182,14 +195,14 @@ def preflight(cfg: DictConfig) -> int:
     L.seed_everything(cfg.seed, workers=True)  # the same samples every time for the same config
     module, datamodule, _ = build_parts(cfg)
     module.configure_model()
-    rewards, lengths, truncated, prompts = sample_batches(module, datamodule, settings.batches)
-    aucs = discrimination(module.reward, prompts, cfg.seed)
-    checks = run_checks(rewards, lengths, truncated, aucs, settings)
+    samples = sample_batches(module, datamodule, settings.batches)
+    aucs = discrimination(module.reward, samples.prompts, cfg.seed)
+    checks = run_checks(samples, aucs, settings)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    png = plot(rewards, lengths, out / "preflight.png")
-    buckets = sorted({p.bucket for p in prompts})
-    print(f"preflight: {settings.batches} batches, {rewards.shape[0]} prompts x G={rewards.shape[1]} "
+    png = plot(samples, out / "preflight.png")
+    buckets = sorted({p.bucket for p in samples.prompts})
+    print(f"preflight: {settings.batches} batches, {samples.rewards.shape[0]} prompts x G={samples.rewards.shape[1]} "
           f"(buckets: {', '.join(buckets)}), no training")
     print(table(checks))
     failed = [c.name for c in checks if not c.passed]

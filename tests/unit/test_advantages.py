@@ -1,8 +1,11 @@
 import math
+import statistics
 
+import pytest
 import torch
 
 from grpo_aug.algo import group_advantages
+from grpo_aug.algo.group_stats import group_stats
 
 
 def test_one_correct_of_four_by_hand():
@@ -37,3 +40,35 @@ def test_invalid_rows_are_left_out_of_statistics():
 def test_group_with_one_valid_row_has_no_signal():
     valid = torch.tensor([[True, False, False]])
     assert torch.equal(group_advantages(torch.tensor([[1.0, 0.0, 0.0]]), valid), torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("value", [0.3, 0.8, 2.3, 77.7, 16.1, -0.1])
+@pytest.mark.parametrize("group_size", [2, 3, 16, 64])
+def test_flat_groups_get_exactly_zero_whatever_the_value(value, group_size):
+    rewards = torch.full((3, group_size), value)
+    rewards[1, 0] = 5.0  # a near-copy with another reward does not count: group 1 is flat too
+    valid = torch.ones(3, group_size, dtype=torch.bool)
+    valid[1, 0] = False
+    for scale in (True, False):
+        adv = group_advantages(rewards, valid, scale_by_std=scale)
+        assert torch.equal(adv[[0, 2]], torch.zeros(2, group_size))
+        assert torch.equal(adv[1], torch.zeros(group_size))
+
+
+def test_group_stats_match_pythons_statistics_on_random_groups():
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.rand(50, 16, generator=gen) * 3  # float32, as the module holds them
+    valid = torch.rand(50, 16, generator=gen) > 0.3
+    stats = group_stats(rewards, valid)
+    adv = group_advantages(rewards, valid, eps=0.0)
+    for b in range(50):
+        rows = [float(x) for x, v in zip(rewards[b].tolist(), valid[b].tolist(), strict=True) if v]
+        assert int(stats.count[b]) == len(rows)
+        if len(rows) < 2:
+            assert not stats.informative[b] and torch.equal(adv[b], torch.zeros(16))
+            continue
+        mean, std = statistics.fmean(rows), statistics.stdev(rows)
+        assert stats.mean[b].item() == pytest.approx(mean, rel=1e-12)
+        assert stats.std[b].item() == pytest.approx(std, rel=1e-12)
+        expected = [(r - mean) / std if v else 0.0 for r, v in zip(rewards[b].tolist(), valid[b].tolist(), strict=True)]
+        assert adv[b].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)

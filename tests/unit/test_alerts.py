@@ -49,12 +49,18 @@ def test_high_std_kl_spike_tokens_polarisation_nonfinite():
 def test_step_stats_by_hand():
     out = {"rewards": torch.tensor([[1.0, 0.0], [1.0, 1.0]]), "lengths": torch.tensor([2.0, 4.0, 6.0, 8.0]),
            "kl_mean": torch.tensor(0.1), "loss_tokens": torch.tensor(10.0), "nonfinite": torch.tensor(0.0),
-           "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5])}
+           "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5]), "scored": torch.ones(2, 2, dtype=torch.bool),
+           "counted": torch.ones(2, 2, dtype=torch.bool)}
     s = StepStats(*step_stats(out).tolist())
     assert s.reward_std == pytest.approx(0.7071 / 2, rel=1e-3) and s.reward_mean == 0.75
     assert (s.reward_min, s.reward_max, s.max_temperature) == (0.0, 1.0, 1.5)
     assert s.effective_ratio == pytest.approx(0.5)
     assert s.polarisation == pytest.approx(7.4 / 2.6, rel=1e-4)  # p90 = 7.4, p10 = 2.6 over 2, 4, 6, 8
+    # an unscorable row (stored as 0) is neither a reward of 0 nor part of its group's std:
+    # group 1 counts only its 1.0 row (no std), group 2 is flat; mean over the 3 scored rows is 1
+    out["scored"] = out["counted"] = torch.tensor([[True, False], [True, True]])
+    s = StepStats(*step_stats(out).tolist())
+    assert (s.reward_std, s.reward_mean, s.reward_min, s.reward_max) == (0.0, 1.0, 1.0, 1.0)
 
 
 class FakeStrategy:
@@ -68,7 +74,8 @@ def _trainer(step, loggers=()):
 
 def _flat_outputs():
     return {"rewards": torch.ones(2, 4), "lengths": torch.full((8,), 5.0), "kl_mean": torch.tensor(0.0),
-            "loss_tokens": torch.tensor(40.0), "nonfinite": torch.tensor(0.0), "temperatures": torch.full((8,), 1.0)}
+            "loss_tokens": torch.tensor(40.0), "nonfinite": torch.tensor(0.0), "temperatures": torch.full((8,), 1.0),
+            "scored": torch.ones(2, 4, dtype=torch.bool), "counted": torch.ones(2, 4, dtype=torch.bool)}
 
 
 def test_callback_fires_once_per_window_counts_and_fails_on_request():
@@ -82,7 +89,7 @@ def test_callback_fires_once_per_window_counts_and_fails_on_request():
     with pytest.raises(AlertFailure, match="alert low_std: .* every completion scored 1"):
         for step in range(1, 4):
             stopper.on_train_batch_end(_trainer(step), None, _flat_outputs(), None, 0)
-    nonfinite = Alerts(window=5)  # non_finite_loss does not wait for a full window
+    nonfinite = Alerts(window=5, fail_on=["non_finite_loss"])  # does not wait for a full window
     with pytest.raises(AlertFailure, match="non_finite_loss"):
         nonfinite.on_train_batch_end(_trainer(1), None, {**_flat_outputs(), "nonfinite": torch.tensor(1.0)}, None, 0)
 

@@ -16,6 +16,7 @@ def _outputs(rewards, temps, **over):
     out = {"rewards": r, "lengths": torch.full((r.numel(),), 4), "loss_tokens": torch.tensor(8.0),
            "kl_mean": torch.tensor(0.0), "kl_max": torch.tensor(0.0), "entropy_mean": torch.tensor(1.0),
            "distinct": torch.ones_like(r, dtype=torch.bool), "valid": torch.ones_like(r, dtype=torch.bool),
+           "scored": torch.ones_like(r, dtype=torch.bool), "counted": torch.ones_like(r, dtype=torch.bool),
            "temperatures": torch.tensor(temps), "truncated": torch.zeros(r.numel(), dtype=torch.bool),
            "advantages": torch.zeros(r.numel()), "clip_frac": torch.tensor(0.0), "clip_frac_low": torch.tensor(0.0),
            "clip_frac_high": torch.tensor(0.0), "refill_rounds": torch.tensor(0.0),
@@ -96,3 +97,32 @@ def test_samples_markdown_escapes_cells():
     md = samples_markdown([{"prompt": "Q: 1|2\nA: ", "completion": "x" * 400, "temperature": 0.7, "reward": 1.0,
                             "advantage": -0.5}])
     assert "Q: 1\\|2<br>A: " in md and "..." in md and "| 0.7 | 1.000 | -0.500 |" in md
+
+
+def test_unscorable_rows_are_not_zero_rewards_and_flat_means_counted_rows():
+    # group 1: rows 3-4 unscorable (stored as 0); counted 1.0, 0.0 -> std sqrt(0.5)
+    # group 2: counted 0.3 x 3 and one near-copy (not counted) of reward 0.8: flat, std 0
+    outputs = _outputs([[1.0, 0.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.8]], [1.0] * 8,
+                       scored=torch.tensor([[True, True, False, False], [True] * 4]),
+                       counted=torch.tensor([[True, True, False, False], [True, True, True, False]]))
+    v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
+    assert v["health/reward_mean"] == pytest.approx((1.0 + 0.3 * 3 + 0.8) / 6)
+    assert v["health/reward_std"] == pytest.approx(0.5**0.5 / 2)
+    assert v["health/zero_std_frac"] == 0.5 and v["health/group_std_low_frac"] == 0.5
+
+
+def test_window_without_loss_tokens_writes_no_token_weighted_point():
+    rec = Recorder()
+    cb = SampleHealth(every_n_steps=1, bucket_every_n_steps=1)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    trainer = SimpleNamespace(global_step=1, loggers=[rec], is_global_zero=True)
+    # every group filtered out: no loss token, no advantage; the loss stats are 0/0 placeholders
+    outputs = _outputs([[1.0, 1.0]], [1.0, 1.0], loss_tokens=torch.tensor(0.0), kl_mean=torch.tensor(float("nan")),
+                       entropy_mean=torch.tensor(float("nan")), clip_frac=torch.tensor(float("nan")),
+                       advantages=torch.zeros(0))
+    cb.on_train_batch_end(trainer, module, outputs, [SimpleNamespace(bucket="easy")], 0)
+    (_, logged), = rec.logged
+    for name in ("kl_mean", "kl_max", "entropy_mean", "clip_frac", "clip_frac_low", "adv_abs_mean"):
+        assert f"health/{name}" not in logged, name
+    assert logged["health/reward_mean"] == 1.0 and logged["health/zero_std_frac"] == 1.0
+    assert all(v == v for v in logged.values())  # no NaN anywhere

@@ -1,3 +1,4 @@
+import copy
 import functools
 
 import pytest
@@ -9,7 +10,7 @@ from torch.utils.data import DataLoader
 from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.module import GRPOModule, NonFiniteTraining
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
@@ -269,3 +270,70 @@ def test_packed_models_score_in_one_chunk_others_in_length_chunks(tiny_model_dir
     assert [c.tolist() for c in m._chunks(lengths, 5)] == [list(range(8))]  # packed: attention groups instead
     monkeypatch.setattr(module_lib, "packable", lambda model: False)
     assert len(m._chunks(lengths, 5)) == 4
+
+
+class Snapshot(L.Callback):
+    """Weights, optimizer state and lr-schedule state after each training batch."""
+
+    def __init__(self):
+        self.states = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        optimizer = trainer.optimizers[0]
+        self.states.append((copy.deepcopy(pl_module.policy.state_dict()), copy.deepcopy(optimizer.state_dict()),
+                            copy.deepcopy(trainer.lr_scheduler_configs[0].scheduler.state_dict()),
+                            trainer.global_step))
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize("poison", ["loss", "gradient"])
+def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
+    m = _module(tiny_model_dir)
+    calls = {"n": 0}
+    chunk_loss = m._chunk_loss
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        loss, stats = chunk_loss(*args, **kwargs)
+        if calls["n"] == 2:  # the second step's update
+            if poison == "loss":
+                return loss * float("nan"), stats
+            # a finite loss whose gradient overflows in one weight, this backward only
+            weight = m.policy.get_output_embeddings().weight
+            handle = weight.register_hook(lambda g: (handle.remove(), g * float("inf"))[1])
+        return loss, stats
+
+    m._chunk_loss = poisoned
+    snap = Snapshot()
+    outs = fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
+    (w1, o1, s1, g1), (w2, o2, s2, g2), (w3, o3, _, _) = snap.states
+    assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2)  # bit-identical after the skipped update
+    assert (g1, g2) == (1, 2)  # the skipped update still counts as a step
+    assert not _same(w2, w3) and not _same(o2, o3)  # the next finite update trains as usual
+    assert [float(o["nonfinite"]) for o in outs] == [0.0, 1.0, 0.0]
+    assert m.skipped_total == 1 and m.consecutive_skipped == 0
+
+
+def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir):
+    m = _module(tiny_model_dir, algo=AlgoSettings(max_consecutive_nonfinite=2))
+    chunk_loss = m._chunk_loss
+
+    def poisoned(*args, **kwargs):
+        loss, stats = chunk_loss(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    m._chunk_loss = poisoned
+    snap = Snapshot()
+    with pytest.raises(NonFiniteTraining, match=r"2 updates in a row .*\(algo.max_consecutive_nonfinite=2\)"):
+        fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
+    assert len(snap.states) == 1  # stopped inside the second step
+    assert all(not st for st in snap.states[0][1]["state"].values())  # the optimizer never stepped

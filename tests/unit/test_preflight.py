@@ -5,7 +5,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.preflight import (
-    PreflightSettings, cut_before_answer, discrimination, pair_auc, run_checks, shuffled_steps, table, wrong_final,
+    PreflightSettings, Samples, cut_before_answer, discrimination, pair_auc, run_checks, shuffled_steps, table, wrong_final,
 )
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet, SoftMathReward
 
@@ -38,15 +38,28 @@ def test_checks_pass_and_fail_on_constructed_samples():
     s = PreflightSettings()
     mixed = torch.tensor([[1.0, 0.0, 0.0, 1.0]] * 3 + [[0.0] * 4])  # 3 of 4 groups with spread
     lengths = torch.full((16,), 10.0)
-    ok = run_checks(mixed, lengths, torch.zeros(16, dtype=torch.bool), {"all": 0.95, "wrong final number": 0.95}, s)
+    every = torch.ones(4, 4, dtype=torch.bool)
+    ok = run_checks(Samples(mixed, every, lengths, torch.zeros(16, dtype=torch.bool), []),
+                    {"all": 0.95, "wrong final number": 0.95}, s)
     assert [c.passed for c in ok] == [True, True, True]
     flat = torch.zeros(4, 4)
     polar = torch.tensor([1.0] * 8 + [32.0] * 8)
-    bad = run_checks(flat, polar, torch.ones(16, dtype=torch.bool), {"all": 0.5}, s)
+    bad = run_checks(Samples(flat, every, polar, torch.ones(16, dtype=torch.bool), []), {"all": 0.5}, s)
     assert [c.passed for c in bad] == [False, False, False]
     assert "median within-group std 0.000" in bad[0].numbers and "truncated 1.00" in bad[1].numbers
     text = table(bad)
     assert "FAIL" in text and "reward discriminates quality" in text
+
+
+def test_unscorable_rows_are_not_counted_as_zero_rewards():
+    s = PreflightSettings()
+    # each group: two correct rows and two unscorable ones (reward 0 stored, not counted): flat
+    rewards = torch.tensor([[1.0, 1.0, 0.0, 0.0]] * 4)
+    counted = torch.tensor([[True, True, False, False]] * 4)
+    lengths, truncated = torch.full((16,), 10.0), torch.zeros(16, dtype=torch.bool)
+    checks = run_checks(Samples(rewards, counted, lengths, truncated, []), {"all": 1.0}, s)
+    assert not checks[0].passed and "median within-group std 0.000" in checks[0].numbers
+    assert "zero-std groups 1.00" in checks[0].numbers
 
 
 def test_bad_preflight_settings():

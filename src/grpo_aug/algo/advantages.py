@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_aug.algo.group_stats import group_stats
+
 
 def group_advantages(
     rewards: torch.Tensor,
@@ -15,19 +17,15 @@ def group_advantages(
     """A_i = (r_i - mean(r_group)) / (std(r_group) + eps), clipped to [-adv_clip, adv_clip].
 
     rewards: [B, G]; valid: [B, G] bool, rows that take part in their group's statistics
-    (invalid rows get advantage 0). std is the unbiased sample std over the valid rows, as
-    torch.std in the seed. A group with fewer than 2 valid rows has no defined std and gets
-    advantage 0 everywhere: dividing by a fake std would invent a training signal.
+    (invalid rows get advantage 0). std is the unbiased sample std over the valid rows (GRPO's
+    usual form). A group without two valid rows that differ gets advantage exactly 0 everywhere:
+    with one row there is no std, and with equal rewards there is no signal, however the
+    float arithmetic rounds (the statistics come from `group_stats`, in float64).
     scale_by_std=False keeps r_i - mean (Dr. GRPO): groups with a small spread are not blown up,
     so nearly-solved prompts do not get the same push as contested ones.
     """
     if valid is None:
         valid = torch.ones_like(rewards, dtype=torch.bool)
-    v = valid.to(rewards.dtype)  # [B, G]
-    n = v.sum(dim=1, keepdim=True)  # [B, 1]
-    mean = (rewards * v).sum(dim=1, keepdim=True) / n.clamp(min=1.0)  # [B, 1]
-    var = (((rewards - mean) ** 2) * v).sum(dim=1, keepdim=True) / (n - 1.0).clamp(min=1.0)  # [B, 1]
-    adv = (rewards - mean) / (var.sqrt() + eps) if scale_by_std else rewards - mean  # [B, G]
-    adv = adv.clamp(-adv_clip, adv_clip)
-    return torch.where(valid & (n >= 2), adv, torch.zeros_like(adv))  # [B, G]
-
+    stats = group_stats(rewards, valid)
+    adv = stats.centered / (stats.std[:, None] + eps) if scale_by_std else stats.centered  # [B, G] float64
+    return adv.clamp(-adv_clip, adv_clip).to(rewards.dtype)  # [B, G]; 0 outside informative groups

@@ -30,6 +30,7 @@ class AlgoSettings:
     template_patterns: tuple[str, ...] = ()  # regexes of scaffolding text that carries no loss
     repeat_ngram: int = 0  # token n-grams repeated more than repeat_max times carry no loss; 0 = off
     repeat_max: int = 3
+    max_consecutive_nonfinite: int = 5  # skipped non-finite updates in a row before the run stops
 
     def __post_init__(self) -> None:
         if not callable(self.loss):
@@ -52,6 +53,8 @@ class AlgoSettings:
             (self.overlong_penalty >= 0, f"algo.overlong_penalty must be >= 0, got {self.overlong_penalty}"),
             (self.repeat_ngram >= 0, f"algo.repeat_ngram must be >= 0, got {self.repeat_ngram}"),
             (self.repeat_max >= 1, f"algo.repeat_max must be >= 1, got {self.repeat_max}"),
+            (self.max_consecutive_nonfinite >= 1,
+             f"algo.max_consecutive_nonfinite must be >= 1, got {self.max_consecutive_nonfinite}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -10,7 +10,7 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     kl_spike              the step's KL > kl_spike_factor x max(its median over the window, kl_floor)
     low_effective_tokens  share of generated tokens that carry loss < min_effective_tokens
     length_polarisation   p90 / p10 of completion lengths > max_polarisation
-    non_finite_loss       an update's loss was NaN/inf (the update was skipped)
+    non_finite_loss       an update's loss or gradient norm was NaN/inf (the update was skipped)
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, mean_std, polarisation
+
 log = logging.getLogger(__name__)
 
 ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss")
@@ -38,18 +40,22 @@ class StepStats(NamedTuple):
     kl_mean: float
     effective_ratio: float
     polarisation: float  # p90 / p10 of lengths
-    nonfinite: float  # updates with a non-finite loss
+    nonfinite: float  # updates skipped for a non-finite loss or gradient norm
     max_temperature: float
 
 
 def step_stats(outputs) -> torch.Tensor:
-    """The step's StepStats as one tensor (to be averaged over ranks in a single reduce)."""
-    rewards = outputs["rewards"].float()  # [N, G]
+    """The step's StepStats as one tensor (to be averaged over ranks in a single reduce).
+
+    The std is `group_stats`' (the rows that count, as the advantages see them); mean, min and
+    max are over scored rows only (0 when no row was scored)."""
+    rewards, scored = outputs["rewards"], outputs["scored"]  # [N, G]
     lengths = outputs["lengths"].float()  # [N*G]
-    q = torch.quantile(lengths, torch.tensor([0.1, 0.9], device=lengths.device))
-    values = [rewards.std(dim=1).mean(), rewards.mean(), rewards.min(), rewards.max(), outputs["kl_mean"],
-              outputs["loss_tokens"] / lengths.sum().clamp(min=1), q[1] / q[0].clamp(min=1.0), outputs["nonfinite"],
-              outputs["temperatures"].max()]
+    p10, _, p90 = length_quantiles(lengths)
+    seen = rewards[scored].double() if bool(scored.any()) else torch.zeros(1, dtype=torch.float64)
+    values = [mean_std(group_stats(rewards, outputs["counted"])), counted_mean(rewards, scored), seen.min(), seen.max(),
+              outputs["kl_mean"], outputs["loss_tokens"] / lengths.sum().clamp(min=1), polarisation(p10, p90),
+              outputs["nonfinite"], outputs["temperatures"].max()]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -82,7 +88,8 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     fired = {}
     last = window[-1]
     if last.nonfinite > 0:
-        fired["non_finite_loss"] = "a loss was NaN/inf; the update was skipped (check lr, masks, reward scale)"
+        fired["non_finite_loss"] = ("a loss or gradient norm was NaN/inf; the update was skipped, weights unchanged "
+                                    "(check lr, masks, reward scale)")
     std = statistics.fmean(s.reward_std for s in window)
     if std < t.low_std:
         fired["low_std"] = f"group reward std {std:.3f} < {t.low_std:g}; likely cause: {low_std_cause(window, t)}"
@@ -111,7 +118,7 @@ class AlertFailure(RuntimeError):
 
 
 class Alerts(L.Callback):
-    def __init__(self, window: int = 10, fail_on: Sequence[str] = ("non_finite_loss",), **thresholds) -> None:
+    def __init__(self, window: int = 10, fail_on: Sequence[str] = (), **thresholds) -> None:
         if window < 2:
             raise ValueError(f"callbacks.alerts.window must be >= 2, got {window}")
         unknown = [n for n in fail_on if n not in ALERTS]

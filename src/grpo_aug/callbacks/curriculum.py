@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import lightning as L
 
+from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.data.records import BUCKETS
 
 
@@ -19,7 +20,7 @@ class CurriculumMonitor(L.Callback):
         step = trainer.global_step // pl_module.algo.updates_per_rollout - 1  # the sampler step just trained
         weights = datamodule.schedule.weights(step, datamodule.total_steps)
         # averaged over ranks: an adaptive schedule must move the same way everywhere
-        reward = trainer.strategy.reduce(outputs["rewards"].mean(), reduce_op="mean")
+        reward = trainer.strategy.reduce(counted_mean(outputs["rewards"], outputs["scored"]).float(), reduce_op="mean")
         datamodule.schedule.observe(step, float(reward))
         values = {f"curriculum/weight/{b}": w for b, w in weights.items()}
         values["curriculum/bucket"] = float(BUCKETS.index(batch[0].bucket))

@@ -1,10 +1,11 @@
 """Sample-health metrics, accumulated with torchmetrics (synced across ranks) between log points.
 
-health/reward_mean                mean reward of all completions
-health/reward_std                 mean over groups of the within-group reward std (< 0.3: little contrast)
+health/reward_mean                mean reward of the scored completions (unscorable rows are not a 0)
+health/reward_std                 mean over groups of the within-group reward std (< 0.3: little contrast),
+                                  over the rows that count in their group, as the advantages see them
 health/group_std_low_frac         groups whose reward std is below `low_std` (0.3): little signal
 health/group_std_high_frac        groups whose reward std is above `high_std` (2.0): outliers dominate
-health/zero_std_frac              groups whose rewards are all equal: no signal at all
+health/zero_std_frac              groups whose counted rewards are all equal: no signal at all
 health/effective_token_ratio      tokens that carry loss / generated tokens (masks remove junk)
 health/kl_mean, health/kl_max     KL to the reference per loss token: mean, and the largest token
 health/entropy_mean               policy entropy per loss token (collapse toward 0: no exploration left)
@@ -22,11 +23,14 @@ rollout/refill_exhausted          steps that ended their refill rounds short of 
 rollout/zero_std_frac             the same as health/zero_std_frac (the rollout view of it)
 rollout/reward_by_temperature/T   mean reward of the rows sampled at temperature T
 health/reward_mean/<bucket>       mean reward per difficulty bucket, at its own (longer) interval
+Token-weighted metrics (kl, entropy, clip fractions) and |advantage| write no point for a window
+without loss tokens (e.g. every group filtered out as flat): there is nothing to average.
 TensorBoard also gets histograms of rewards, advantages and lengths, and text samples per bucket.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import lightning as L
@@ -34,24 +38,39 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
+from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
+
 
 def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:
-    """(value, weight) per mean metric for one step's training_step outputs."""
+    """(value, weight) per mean metric for one step's training_step outputs.
+
+    Rewards are averaged over scored rows, group statistics over the rows that count in their
+    group (`group_stats`): the same rows and the same std as the advantages. A weight of 0 (no
+    scored row, no group with a std, no loss token) means the step adds nothing to that metric.
+    """
     rewards = outputs["rewards"]  # [N, G]
+    scored = outputs["scored"]  # [N, G]
     lengths = outputs["lengths"].float()  # [N*G]
     generated = lengths.sum()
     one = torch.ones((), device=rewards.device)
-    groups, rows = one * rewards.shape[0], one * rewards.numel()
-    stds = rewards.std(dim=1)  # [N]
-    zero_std = (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean()
+    rows = one * rewards.numel()
+    stats = group_stats(rewards, outputs["counted"])
+    has = stats.has_std  # [N]
+    with_std = one * has.sum()
+    stds = stats.std[has]  # [n]
+
+    def share(flags: torch.Tensor) -> torch.Tensor:
+        return flags.float().mean() if flags.numel() else 0 * one
+
+    zero_std = share(~stats.informative[has])
     advantages = outputs["advantages"].float()
     loss_tokens = outputs["loss_tokens"].float()
     values = {
-        "health/reward_mean": (rewards.mean(), rows),
-        "health/reward_std": (stds.mean(), groups),
-        "health/group_std_low_frac": ((stds < low_std).float().mean(), groups),
-        "health/group_std_high_frac": ((stds > high_std).float().mean(), groups),
-        "health/zero_std_frac": (zero_std, groups),
+        "health/reward_mean": (counted_mean(rewards, scored), one * scored.sum()),
+        "health/reward_std": (stds.mean() if stds.numel() else 0 * one, with_std),
+        "health/group_std_low_frac": (share(stds < low_std), with_std),
+        "health/group_std_high_frac": (share(stds > high_std), with_std),
+        "health/zero_std_frac": (zero_std, with_std),
         "health/effective_token_ratio": (loss_tokens / generated.clamp(min=1), generated),
         "health/kl_mean": (outputs["kl_mean"], loss_tokens),
         "health/entropy_mean": (outputs["entropy_mean"], loss_tokens),
@@ -59,8 +78,8 @@ def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0)
         "health/truncation_rate": (outputs["truncated"].float().mean(), rows),
         "health/completion_length_mean": (lengths.mean(), rows),
         "rollout/unique_ratio": (outputs["distinct"].float().mean(), rows),
-        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), groups),
-        "rollout/zero_std_frac": (zero_std, groups),
+        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), one * rewards.shape[0]),
+        "rollout/zero_std_frac": (zero_std, with_std),
     }
     for name in ("clip_frac", "clip_frac_low", "clip_frac_high"):
         values[f"health/{name}"] = (outputs[name], loss_tokens)
@@ -68,16 +87,17 @@ def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0)
         values[f"rollout/{name}"] = (outputs[name], one)
     temperatures = outputs["temperatures"].reshape(rewards.shape)  # [N, G]
     for t in temperatures[0].unique().tolist():  # every group uses the same ladder
-        rung = temperatures == t
-        values[f"rollout/reward_by_temperature/{t:g}"] = (rewards[rung].mean(), one * rung.sum())
-    return {k: (torch.as_tensor(v, dtype=torch.float32, device=rewards.device), w) for k, (v, w) in values.items()}
+        rung = (temperatures == t) & scored
+        values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), one * rung.sum())
+    return {k: (torch.as_tensor(v, dtype=torch.float32, device=rewards.device), torch.as_tensor(w, device=rewards.device))
+            for k, (v, w) in values.items()}
 
 
 def length_stats(lengths: torch.Tensor) -> dict[str, float]:
     """Quantiles (linear interpolation) and the polarisation index p90 / p10 of completion lengths."""
-    q = torch.quantile(lengths.float(), torch.tensor([0.1, 0.5, 0.9], device=lengths.device)).tolist()
-    return {"health/completion_length_p10": q[0], "health/completion_length_p50": q[1],
-            "health/completion_length_p90": q[2], "health/length_polarisation": q[2] / max(q[0], 1.0)}
+    p10, p50, p90 = length_quantiles(lengths)
+    return {"health/completion_length_p10": p10, "health/completion_length_p50": p50,
+            "health/completion_length_p90": p90, "health/length_polarisation": polarisation(p10, p90)}
 
 
 class WindowedMeans:
@@ -94,10 +114,15 @@ class WindowedMeans:
         self.window = 0  # global_step // every at the last flush
 
     def update(self, values: Mapping[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> None:
+        """Every name is updated on every rank, with weight 0 when the step has nothing for it
+        (its value then does not matter and is made finite): compute() must see the same names
+        everywhere, and a window whose weights are all 0 writes no point."""
         for name, (value, weight) in values.items():
             if name not in self.metrics:
                 self.metrics[name] = MeanMetric().to(device)
-            self.metrics[name].update(value.detach(), weight)
+            weight = torch.as_tensor(weight, dtype=torch.float32, device=value.device)
+            value = torch.where(weight > 0, value.detach(), torch.zeros_like(value))
+            self.metrics[name].update(value, weight)
             self.updated.add(name)
 
     def due(self, global_step: int) -> bool:
@@ -109,11 +134,12 @@ class WindowedMeans:
         return True
 
     def compute(self) -> dict[str, float]:
+        """Window means; a name whose window had no weight (0 / 0) is left out."""
         values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
         for name in self.updated:
             self.metrics[name].reset()
         self.updated.clear()
-        return values
+        return {name: v for name, v in values.items() if math.isfinite(v)}
 
 
 class SampleHealth(L.Callback):
@@ -148,11 +174,11 @@ class SampleHealth(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.overall.update(health_values(outputs, self.low_std, self.high_std), pl_module.device)
-        rewards = outputs["rewards"]  # [N, G] one bucket per step
-        self.by_bucket.update({f"health/reward_mean/{batch[0].bucket}": (rewards.mean(), torch.tensor(
-            float(rewards.numel()), device=rewards.device))}, pl_module.device)
+        rewards, scored = outputs["rewards"], outputs["scored"]  # [N, G] one bucket per step
+        self.by_bucket.update({f"health/reward_mean/{batch[0].bucket}": (
+            counted_mean(rewards, scored).float(), scored.sum().float())}, pl_module.device)
         self.kl_max.update(outputs["kl_max"].detach())
-        self.distributions["rewards"].update(rewards.detach().reshape(-1).float())
+        self.distributions["rewards"].update(rewards.detach()[scored].float())
         self.distributions["advantages"].update(outputs["advantages"].detach().float())
         self.distributions["lengths"].update(outputs["lengths"].detach().float())
         for row in outputs.get("samples", []):
@@ -163,8 +189,10 @@ class SampleHealth(L.Callback):
         values: dict[str, float] = {}
         if self.overall.due(trainer.global_step):
             values.update(self.overall.compute())
-            values["health/kl_max"] = self.kl_max.compute().item()
+            kl_max = self.kl_max.compute().item()  # every rank computes: it syncs
             self.kl_max.reset()
+            if "health/kl_mean" in values:  # the window had loss tokens
+                values["health/kl_max"] = kl_max
             dists = {}
             for name, metric in self.distributions.items():
                 gathered = metric.compute()  # an empty list when nothing was added anywhere

@@ -17,6 +17,8 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from grpo_aug.algo.group_stats import counted_mean, group_stats, mean_std
+
 log = logging.getLogger(__name__)
 
 
@@ -77,8 +79,11 @@ class AdaptiveTemperature(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         rewards = outputs["rewards"]  # [B, G]
-        # averaged over ranks so that every rank takes the same decision and keeps the same ladder
-        stats = trainer.strategy.reduce(torch.stack([rewards.std(dim=1).mean(), rewards.mean()]), reduce_op="mean")
+        # the std the advantages see; averaged over ranks so that every rank takes the same
+        # decision and keeps the same ladder
+        step = torch.stack([mean_std(group_stats(rewards, outputs["counted"])),
+                            counted_mean(rewards, outputs["scored"])]).float()
+        stats = trainer.strategy.reduce(step, reduce_op="mean")
         change = self.observe(stats[0].item(), stats[1].item())
         if change is not None:
             self._apply(pl_module)

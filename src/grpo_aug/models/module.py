@@ -13,6 +13,7 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
+from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
@@ -34,6 +35,7 @@ class SampledGroups(NamedTuple):
     parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
     errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
     distinct: torch.Tensor  # [n, G]
+    scored: torch.Tensor  # [n, G] every reward function returned a number
     valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
     informative: torch.Tensor  # [n] groups whose counted rewards differ
 
@@ -48,6 +50,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
         errors={k: sum(r.errors[k] for r in rounds) for k in rounds[0].errors},
         distinct=torch.cat([r.distinct for r in rounds]),
+        scored=torch.cat([r.scored for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
     )
@@ -78,6 +81,14 @@ def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch
     return merged
 
 
+def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
+    """L2 norm of this rank's gradients (its shard under FSDP/ZeRO); inf or NaN if any entry is."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+
+
 class PreparedStep(NamedTuple):
     sampled: SampledGroups  # everything that was rolled out this step
     rollout: Rollout  # [B*G] rows of the groups that enter the update
@@ -86,6 +97,10 @@ class PreparedStep(NamedTuple):
     ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
     old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
     outputs: dict[str, torch.Tensor]  # plain tensors for the callbacks
+
+
+class NonFiniteTraining(RuntimeError):
+    """Too many updates in a row were non-finite: the run stops instead of spinning."""
 
 
 class GRPOModule(L.LightningModule):
@@ -123,6 +138,8 @@ class GRPOModule(L.LightningModule):
         self._frozen: list[torch.nn.Module] = []
         self._pieces: dict[int, str] = {}  # token id -> its text alone, for the template masks
         self.reward_errors: Counter[str] = Counter()  # calls that raised, per reward function, this run
+        self.skipped_total = 0  # updates skipped for a non-finite loss or gradient norm, this run
+        self.consecutive_skipped = 0
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.exact = MathReward()
         self.last_eval: dict[str, float] = {}
@@ -180,7 +197,14 @@ class GRPOModule(L.LightningModule):
         updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
         kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
         a.beta.observe(self.global_step, kl_mean.item())
+        self.skipped_total += int(updates["skipped"].sum())
         self._log_step(step, updates, beta)
+        if self.consecutive_skipped >= a.max_consecutive_nonfinite:
+            raise NonFiniteTraining(
+                f"step {self.global_step}: {self.consecutive_skipped} updates in a row had a non-finite loss or "
+                f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
+                f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
+                "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
         return {
             **step.outputs,
             "kl_mean": kl_mean,
@@ -189,7 +213,7 @@ class GRPOModule(L.LightningModule):
             "clip_frac": updates["clip_frac"].mean(),
             "clip_frac_low": updates["clip_frac_low"].mean(),
             "clip_frac_high": updates["clip_frac_high"].mean(),
-            "nonfinite": updates["nonfinite"].sum(),
+            "nonfinite": updates["skipped"].sum(),  # updates skipped on every rank this step
             "updates": updates,
         }
 
@@ -235,7 +259,9 @@ class GRPOModule(L.LightningModule):
         outputs = {
             "rewards": sampled.rewards,  # [N, G] all sampled groups, refills included
             "distinct": sampled.distinct,  # [N, G] not a near-copy of an earlier row
-            "valid": valid,  # [N, G] counted in loss and group statistics
+            "scored": sampled.scored,  # [N, G] every reward function returned a number
+            "counted": sampled.valid,  # [N, G] count in their group's statistics (before the zero-std filter)
+            "valid": valid,  # [N, G] counted in the loss: counted rows of the groups in the update
             "temperatures": sampled.rollout.temperatures,  # [N*G] each row's sampling temperature
             "lengths": sampled.rollout.completion_mask.sum(dim=1),  # [N*G] generated tokens, EOS included
             "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
@@ -253,9 +279,12 @@ class GRPOModule(L.LightningModule):
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
         The rows may run in length-sorted chunks, each with its own backward; their losses are
-        parts of the whole update's loss, so the accumulated gradient is the unchunked one. A
-        non-finite chunk loss is counted (`nonfinite`) and replaced by a zero loss: its backward
-        still runs, so DDP ranks stay in lockstep, but nothing is learned from it.
+        parts of the whole update's loss, so the accumulated gradient is the unchunked one.
+        A non-finite chunk loss, or a non-finite gradient norm, on any rank skips the whole
+        update on every rank: the gradients are dropped and neither the optimizer nor the lr
+        schedule steps, so weights and optimizer state stay bit-identical (AdamW's moments would
+        otherwise move every weight even on a zero gradient). The step still counts toward
+        trainer.max_steps; `train/skipped_nonfinite` counts it.
         """
         a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
@@ -270,16 +299,27 @@ class GRPOModule(L.LightningModule):
             else:
                 loss, stats = self._chunk_loss(step, rows[chunk], beta, aggregate, entropy)
             if not torch.isfinite(loss):
-                log.warning("step %d: non-finite loss %s; this chunk is skipped", self.global_step, loss.item())
                 nonfinite += 1
+                # the backward still runs (on a zero loss) so that DDP ranks stay in lockstep
                 loss, stats = self._zero_loss(), None
             self.manual_backward(loss)
             parts.append((loss.detach(), stats))
-        if a.max_grad_norm is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
-        optimizer.step()
-        schedule.step()
+        grad_norm = gradient_norm(self.policy)
+        bad = torch.tensor(float(nonfinite > 0 or not torch.isfinite(grad_norm)), device=self.device)
+        skip = float(self.trainer.strategy.reduce(bad, reduce_op="sum")) > 0
+        if skip:
+            log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
+                        self.global_step, f"loss in {nonfinite} chunk(s)" if nonfinite else f"gradient norm {grad_norm}")
+            optimizer.zero_grad(set_to_none=True)
+            optimizer.step()  # counts the step; with no gradient the optimizer touches nothing
+        else:
+            if a.max_grad_norm is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
+            optimizer.step()
+            schedule.step()
+        self.consecutive_skipped = self.consecutive_skipped + 1 if skip else 0
         return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=self.device),
+                "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
 
     def _chunk_loss(self, step: PreparedStep, rows: torch.Tensor, beta: float, aggregate, entropy: bool):
@@ -330,6 +370,10 @@ class GRPOModule(L.LightningModule):
                 out[chunk, : part.completion_mask.shape[1]] = self._logprobs(model, part)
         return out
 
+    def _last_checkpoint_hint(self) -> str:
+        ckpt = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or ""
+        return f"Last checkpoint: {ckpt}." if ckpt else "No checkpoint was saved yet."
+
     def _samples(self, sampled: SampledGroups, groups: torch.Tensor, advantages: torch.Tensor,
                  per_step: int = 4) -> list[dict]:
         """A few rows for the TensorBoard text samples: row b % G of each of the first groups."""
@@ -371,14 +415,16 @@ class GRPOModule(L.LightningModule):
         sampled = step.sampled
         values = {
             "train/loss": summary["loss"].mean(),
-            "train/reward": sampled.rewards.mean(),
+            "train/reward": counted_mean(sampled.rewards, sampled.scored),
             "train/beta": torch.tensor(float(beta)),
-            "train/ratio_max": summary["ratio_max"].max(),
-            "train/kl_max": summary["kl_max"].max(),
             "train/effective_token_ratio": step.outputs["loss_tokens"] / step.outputs["generated_tokens"].clamp(min=1),
+            "train/skipped_nonfinite": torch.tensor(float(self.skipped_total)),  # running count
         }
-        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
-            values[f"train/{name}"] = summary[name].mean()
+        if step.outputs["loss_tokens"] > 0:  # token statistics of an update without tokens are 0 / 0
+            values["train/ratio_max"] = summary["ratio_max"].max()
+            values["train/kl_max"] = summary["kl_max"].max()
+            for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+                values[f"train/{name}"] = summary[name].mean()
         for name, scores in sampled.parts.items():
             scored = ~scores.isnan()
             if scored.any():
@@ -410,8 +456,8 @@ class GRPOModule(L.LightningModule):
         # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(self.device)  # [n, G]
-        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, distinct, valid,
-                             informative_groups(rewards, valid))
+        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, distinct,
+                             scores.scored.to(self.device), valid, informative_groups(rewards, valid))
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
         return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_aug.algo.group_stats import group_stats
+
 
 @dataclass(frozen=True)
 class GroupFilter:
@@ -29,7 +31,4 @@ class GroupFilter:
 
 def informative_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """[B, G] rewards and counted rows -> [B] bool: at least two counted rows that differ."""
-    big = torch.finfo(rewards.dtype).max
-    high = torch.where(valid, rewards, -big).max(dim=1).values  # [B]
-    low = torch.where(valid, rewards, big).min(dim=1).values  # [B]
-    return (valid.sum(dim=1) >= 2) & (high > low)
+    return group_stats(rewards, valid).informative
