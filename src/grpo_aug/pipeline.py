@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from pathlib import Path
 
@@ -103,7 +104,9 @@ def log_final_hparams(trainer: L.Trainer, cfg: DictConfig, final: dict[str, floa
     """The run's settings next to its final numbers in TensorBoard's HPARAMS tab (the logger
     flattens the nested config itself)."""
     params = OmegaConf.to_container(cfg, resolve=True)
-    metrics = {f"final/{k}": v for k, v in final.items() if k.startswith(("eval/", "health/", "train/reward"))}
+    # a metric without a value (NaN) is left out: TensorBoard's HPARAMS table would show it as a number
+    metrics = {f"final/{k}": v for k, v in final.items()
+               if k.startswith(("eval/", "health/", "train/reward")) and math.isfinite(v)}
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             logger.log_hyperparams(params, metrics)

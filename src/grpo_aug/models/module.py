@@ -34,6 +34,7 @@ class SampledGroups(NamedTuple):
     rewards: torch.Tensor  # [n, G] total reward, overlong shaping included; 0 where unscorable
     parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
     errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
+    timeouts: dict[str, int]  # per reward function, calls past reward.timeout_s
     distinct: torch.Tensor  # [n, G]
     scored: torch.Tensor  # [n, G] every reward function returned a number
     valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
@@ -49,6 +50,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         rewards=torch.cat([r.rewards for r in rounds]),
         parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
         errors={k: sum(r.errors[k] for r in rounds) for k in rounds[0].errors},
+        timeouts={k: sum(r.timeouts[k] for r in rounds) for k in rounds[0].timeouts},
         distinct=torch.cat([r.distinct for r in rounds]),
         scored=torch.cat([r.scored for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
@@ -138,6 +140,7 @@ class GRPOModule(L.LightningModule):
         self._frozen: list[torch.nn.Module] = []
         self._pieces: dict[int, str] = {}  # token id -> its text alone, for the template masks
         self.reward_errors: Counter[str] = Counter()  # calls that raised, per reward function, this run
+        self.reward_timeouts: Counter[str] = Counter()  # calls past reward.timeout_s, this run
         self.skipped_total = 0  # updates skipped for a non-finite loss or gradient norm, this run
         self.consecutive_skipped = 0
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
@@ -430,7 +433,10 @@ class GRPOModule(L.LightningModule):
             if scored.any():
                 values[f"reward/{name}/mean"] = scores[scored].mean()
             self.reward_errors[name] += sampled.errors[name]
+            self.reward_timeouts[name] += sampled.timeouts[name]
             values[f"reward/errors/{name}"] = torch.tensor(float(self.reward_errors[name]))  # running count
+            if self.reward.timed is not None:
+                values[f"reward/timeouts/{name}"] = torch.tensor(float(self.reward_timeouts[name]))
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
         # Lightning's own logging step would count rollouts, not the steps every other curve uses
@@ -456,7 +462,7 @@ class GRPOModule(L.LightningModule):
         # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(self.device)  # [n, G]
-        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, distinct,
+        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, scores.timeouts, distinct,
                              scores.scored.to(self.device), valid, informative_groups(rewards, valid))
 
     def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:

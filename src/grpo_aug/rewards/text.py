@@ -53,7 +53,9 @@ class RepetitionReward:
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
         words = completion.split()
-        grams = [tuple(words[i : i + self.ngram]) for i in range(len(words) - self.ngram + 1)]
+        # joined strings, not tuples: the garbage collector does not track strings, and a long
+        # completion would otherwise trigger full collections
+        grams = [" ".join(words[i : i + self.ngram]) for i in range(len(words) - self.ngram + 1)]
         if not grams:
             return 1.0
         return len(set(grams)) / len(grams)

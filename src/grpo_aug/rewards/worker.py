@@ -1,0 +1,76 @@
+"""Reward calls with a deadline: `reward.timeout_s` runs each call in a child process.
+
+A reward function is user code fed with policy output, and a Python call cannot be interrupted
+from outside: a catastrophic regex holds the interpreter in C code, where neither a thread nor a
+signal handler gets control. A process can be killed. The child is forked once (it inherits the
+reward functions, so they need not pickle) and answers one call at a time over a pipe; a call that
+misses its deadline gets the child killed and a fresh one forked for the next call. The cost is
+one pipe round trip per call (tens of microseconds), so it is off by default.
+
+Reward functions that run here must not use the GPU: a forked child cannot use CUDA.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from grpo_aug.data.records import Prompt
+
+
+class Outcome(NamedTuple):
+    kind: str  # "ok" | "error" | "timeout"
+    value: object  # the returned value, or the error's repr
+
+
+def _serve(conn, functions: Sequence[Callable[[Prompt, str], object]]) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent went away
+            return
+        index, prompt, text = message
+        try:
+            conn.send(Outcome("ok", functions[index](prompt, text)))
+        except Exception as err:  # reported to the parent, which applies reward.on_error
+            conn.send(Outcome("error", repr(err)))
+
+
+class TimedCalls:
+    def __init__(self, functions: Sequence[Callable[[Prompt, str], object]], timeout_s: float) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"reward.timeout_s must be > 0 or null, got {timeout_s}")
+        self.functions = list(functions)
+        self.timeout_s = float(timeout_s)
+        methods = mp.get_all_start_methods()
+        self.context = mp.get_context("fork" if "fork" in methods else "spawn")
+        self.process = None
+        self.conn = None
+
+    def call(self, index: int, prompt: Prompt, text: str) -> Outcome:
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        self.conn.send((index, prompt, text))
+        if self.conn.poll(self.timeout_s):
+            return self.conn.recv()
+        self.close()  # stuck: the next call gets a fresh child
+        return Outcome("timeout", None)
+
+    def _start(self) -> None:
+        parent, child = self.context.Pipe()
+        self.process = self.context.Process(target=_serve, args=(child, self.functions), daemon=True,
+                                            name="grpo-aug-reward")
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+            self.conn.close()
+        self.process = self.conn = None
+
+    def __getstate__(self) -> dict:  # a RewardSet may be copied or pickled; the child stays with its owner
+        return {**self.__dict__, "process": None, "conn": None}
