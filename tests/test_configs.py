@@ -1,11 +1,13 @@
 """Every config group composes and its settings instantiate; bad values fail naming the key."""
 
 import pytest
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from helpers import compose_cfg
 
 from grpo_aug.data.datamodule import PromptDataModule
+from grpo_aug.pipeline import build_parts
 
 
 @pytest.mark.parametrize(
@@ -38,33 +40,52 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         instantiate(node)
 
 
-@pytest.mark.parametrize(
-    "override, message",
-    [
-        ("algo.beta.value=-0.1", "algo.beta.value"),
-        ("algo.beta=0.1", "algo.beta must be a schedule"),
-        ("algo.clip_eps_low=1.5", "algo.clip_eps_low"),
-        ("algo.clip_eps_high=0", "algo.clip_eps_high"),
-        ("algo.kl=k4", "algo.kl must be one of"),
-        ("algo.num_iterations=0", "algo.num_iterations"),
-        ("algo.template_patterns=[\'(\']", "algo.template_patterns\\[0\\]"),
-        ("reward.winsorize.lower=0.995", "reward.winsorize needs 0 <= lower < upper <= 1"),
-        ("reward.winsorize.upper=1.5", "reward.winsorize needs 0 <= lower < upper <= 1"),
-        ("reward.functions.0.weight=-1", "reward.functions\\[0\\].weight"),
-        ("reward.on_error=ignore", "reward.on_error"),
-        ("rollout.top_p=0", "rollout.top_p"),
-        ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
-        ("rollout.dedup.threshold=1.5", "rollout.dedup.threshold"),
-        ("rollout.dedup.min_unique=17", "rollout.dedup.min_unique=17 exceeds rollout.group_size=16"),
-    ],
-)
-def test_bad_values_name_the_key(tmp_path, override, message):
-    dedup = ["rollout/dedup=ngram"] if override.startswith("rollout.dedup") else []
-    cfg = compose_cfg(tmp_path, dedup + [override])
-    with pytest.raises(Exception, match=message):
-        instantiate(cfg.rollout)
-        instantiate(cfg.algo, _convert_="all")
-        instantiate(cfg.reward, _convert_="all")
+BAD = [  # (overrides, what the message must say: the key, and the value or the allowed range)
+    (["rollout.group_size=1"], r"rollout.group_size must be >= 2 .*got 1"),
+    (["rollout.top_p=0"], r"rollout.top_p must be in \(0, 1\], got 0"),
+    (["rollout.top_p=1.5"], r"rollout.top_p must be in \(0, 1\], got 1.5"),
+    (["rollout.temperatures=[]"], r"rollout.temperatures is empty"),
+    (["rollout.temperatures=[0.7,-1.0]"], r"rollout.temperatures\[1\] = -1.0 is negative"),
+    (["rollout.max_new_tokens=0"], r"rollout.max_new_tokens must be >= 1, got 0"),
+    (["rollout/dedup=ngram", "rollout.dedup.min_unique=5"], r"rollout.dedup.min_unique=5 exceeds rollout.group_size=4"),
+    (["rollout/dedup=ngram", "rollout.dedup.threshold=1.5"], r"rollout.dedup.threshold must be in \(0, 1\], got 1.5"),
+    (["rollout.filter.zero_std=true", "rollout.filter.max_rounds=-1"], r"rollout.filter.max_rounds must be >= 0, got -1"),
+    (["algo.adv_clip=0"], r"algo.adv_clip must be > 0, got 0"),
+    (["algo.clip_eps_low=1.0"], r"algo.clip_eps_low must be in \[0, 1\), got 1.0"),
+    (["algo.clip_eps_high=-0.1"], r"algo.clip_eps_high must be in \[0, 1\), got -0.1"),
+    (["algo.kl=k4"], r"algo.kl must be one of .*got 'k4'"),
+    (["algo.num_iterations=0"], r"algo.num_iterations must be >= 1, got 0"),
+    (["algo.minibatches=0"], r"algo.minibatches must be >= 1, got 0"),
+    (["algo.length_chunks=0"], r"algo.length_chunks must be >= 1, got 0"),
+    (["algo.max_consecutive_nonfinite=0"], r"algo.max_consecutive_nonfinite must be >= 1, got 0"),
+    (["algo.beta.value=-0.1"], r"algo.beta.value"),
+    (["algo.template_patterns=['(']"], r"algo.template_patterns\[0\] = '\(' is not a valid regex"),
+    (["reward.winsorize.lower=0.9", "reward.winsorize.upper=0.1"],
+     r"reward.winsorize needs 0 <= lower < upper <= 1, got lower=0.9, upper=0.1"),
+    (["reward.functions.0.weight=-1"], r"reward.functions\[0\].weight must be a finite number >= 0, got -1"),
+    (["reward.on_error=ignore"], r"reward.on_error must be one of .*got 'ignore'"),
+    (["reward.timeout_s=0"], r"reward.timeout_s must be > 0 or null, got 0"),
+    (["callbacks.alerts.low_std=-0.1"], r"callbacks.alerts.low_std must be >= 0, got -0.1"),
+    (["callbacks.alerts.window=1"], r"callbacks.alerts.window must be >= 2, got 1"),
+    (["curriculum.stages.0.weights.easy=0.5"], r"curriculum.stages\[0\].weights: weights must sum to 1, got 0.5"),
+    (["+curriculum.stages.0.weights.expert=0.0"], r"curriculum.stages\[0\].weights: unknown bucket 'expert'"),
+    (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
+    (["model.optimizer.lr=0"], r"model.optimizer.lr must be > 0, got 0"),
+    (["model.optimizer.lr=-1e-4"], r"model.optimizer.lr must be > 0, got -0.0001"),
+    (["trainer.max_steps=0"], r"trainer.max_steps must be >= 1 .*got 0"),
+    (["data=gsm8k", "data.source.path=/no/such/train.jsonl"], r"data.source.path='/no/such/train.jsonl': no such file"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD)
+def test_bad_values_stop_before_anything_loads(tmp_path, overrides, message):
+    """The real build path (pipeline.build_parts) refuses the value before it reads data or
+    builds a model: the cache, where models and warm-ups are written, stays empty."""
+    fast = [] if "data=gsm8k" in overrides else ["debug=fast"]  # debug=fast sizes the synthetic source
+    cfg = compose_cfg(tmp_path, [*fast, *overrides])
+    with pytest.raises((ValueError, FileNotFoundError, InstantiationException), match=message):
+        build_parts(cfg)
+    assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_loss_variant_fails_at_compose(tmp_path):

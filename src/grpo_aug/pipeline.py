@@ -38,9 +38,22 @@ def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> 
     return str(path)
 
 
+def check_run(cfg: DictConfig) -> None:
+    """The run-level numbers that no settings class owns: the optimizer's lr and the run length."""
+    lr = cfg.model.optimizer.get("lr")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"model.optimizer.lr must be > 0, got {lr}")
+    steps = cfg.trainer.get("max_steps")
+    if steps is None or steps < 1:
+        raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
+    if cfg.model.get("lr_warmup_steps", 0) < 0:
+        raise ValueError(f"model.lr_warmup_steps must be >= 0, got {cfg.model.lr_warmup_steps}")
+
+
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
     """Module, data and callbacks, without a Trainer (preflight needs no more)."""
     # settings first: a bad value fails here, before any data or model is loaded
+    check_run(cfg)
     rollout = instantiate(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")

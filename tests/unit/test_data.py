@@ -79,9 +79,46 @@ def test_gsm8k_bad_line_names_file_and_line(tmp_path, line, message):
         read_gsm8k(path, "{question}")
 
 
+def test_duplicate_ids_and_non_numeric_answers_name_file_and_line(tmp_path):
+    path = tmp_path / "ids.jsonl"
+    rows = [{"id": "a", "question": "q1", "answer": "#### 1"}, {"id": "b", "question": "q2", "answer": "#### 2"},
+            {"id": "a", "question": "q3", "answer": "#### 3"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(ValueError, match=r"ids.jsonl:3: duplicate id 'a' \(first used on line 1\)"):
+        read_gsm8k(path, "{question}")
+    path.write_text(json.dumps({"question": "q", "answer": "#### seven"}) + "\n")
+    with pytest.raises(ValueError, match=r"ids.jsonl:1: final answer after '####' is not a number: 'seven'"):
+        read_gsm8k(path, "{question}")
+
+
+def test_skip_leaves_bad_rows_out_counts_and_summarises(tmp_path, caplog):
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({"question": "q1", "answer": "<<1+1=2>>2\n#### 2"}), "{not json",
+             json.dumps({"question": "q2"}), json.dumps({"question": "q3", "answer": "#### x"}),
+             json.dumps({"question": "q4", "answer": "#### 4"})]
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING"):
+        records = read_gsm8k(path, "{question}", on_bad_row="skip")
+    assert [r.question for r in records] == ["q1", "q4"] and [r.id for r in records] == ["mixed-1", "mixed-5"]
+    assert "left out 3 bad row(s)" in caplog.text and "(2 kept)" in caplog.text
+    for line, what in ((2, "not valid JSON"), (3, "missing or empty 'answer'"), (4, "is not a number")):
+        assert f"mixed.jsonl:{line}: " in caplog.text and what in caplog.text
+    with pytest.raises(ValueError, match="data.on_bad_row must be one of"):
+        read_gsm8k(path, "{question}", on_bad_row="ignore")
+
+
+def test_a_bucket_the_schedule_needs_but_lacks_fails_at_setup(tmp_path):
+    path = tmp_path / "easy_only.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": "<<1+1=2>>2\n#### 2"}) for i in range(40)))
+    schedule = StagedSchedule([{"until": 0.5, "weights": {"easy": 1.0}}, {"until": 1.0, "weights": {"hard": 1.0}}])
+    dm = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2)
+    with pytest.raises(ValueError, match=r"curriculum.stages\[1\].weights.hard asks for bucket 'hard', but it has 0"):
+        dm.setup("fit")
+
+
 def test_missing_data_file_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
-        GSM8KSource(str(tmp_path / "nope.jsonl")).load()
+        GSM8KSource(str(tmp_path / "nope.jsonl"))
 
 
 def test_heldout_is_disjoint_and_sized():

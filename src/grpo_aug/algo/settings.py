@@ -41,8 +41,8 @@ class AlgoSettings:
                              f"relax, then e.g. algo.beta.value=0.04), got {self.beta!r}")
         checks = [
             (self.kl in KL_ESTIMATORS, f"algo.kl must be one of {sorted(KL_ESTIMATORS)}, got {self.kl!r}"),
-            (0 < self.clip_eps_low < 1, f"algo.clip_eps_low must be in (0, 1), got {self.clip_eps_low}"),
-            (self.clip_eps_high > 0, f"algo.clip_eps_high must be > 0, got {self.clip_eps_high}"),
+            (0 <= self.clip_eps_low < 1, f"algo.clip_eps_low must be in [0, 1), got {self.clip_eps_low}"),
+            (0 <= self.clip_eps_high < 1, f"algo.clip_eps_high must be in [0, 1), got {self.clip_eps_high}"),
             (self.adv_clip > 0, f"algo.adv_clip must be > 0, got {self.adv_clip}"),
             (self.num_iterations >= 1, f"algo.num_iterations must be >= 1, got {self.num_iterations}"),
             (self.minibatches >= 1, f"algo.minibatches must be >= 1, got {self.minibatches}"),

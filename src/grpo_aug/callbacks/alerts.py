@@ -128,6 +128,12 @@ class Alerts(L.Callback):
         if bad:
             raise ValueError(f"callbacks.alerts has unknown key(s) {bad}; thresholds are {list(Thresholds._fields)}")
         self.thresholds = Thresholds(**thresholds)
+        for key, value in self.thresholds._asdict().items():
+            if not value >= 0:
+                raise ValueError(f"callbacks.alerts.{key} must be >= 0, got {value}")
+        t = self.thresholds
+        if t.low_std >= t.high_std:
+            raise ValueError(f"callbacks.alerts needs low_std < high_std, got low_std={t.low_std}, high_std={t.high_std}")
         self.window = window
         self.fail_on = set(fail_on)
         self.history: deque[StepStats] = deque(maxlen=window)

@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class PromptSource(Protocol):
-    def load(self) -> list[Prompt]: ...
-    def load_heldout(self) -> list[Prompt] | None: ...
+    def load(self, on_bad_row: str = "raise") -> list[Prompt]: ...
+    def load_heldout(self, on_bad_row: str = "raise") -> list[Prompt] | None: ...
 
 
 def _collate(batch: list[Prompt]) -> list[Prompt]:
@@ -52,12 +52,16 @@ class PromptDataModule(L.LightningDataModule):
         seed: int = 0,
         variants: Variants | None = None,
         updates_per_batch: int = 1,
+        on_bad_row: str = "raise",
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+        if on_bad_row not in ("raise", "skip"):
+            raise ValueError(f"data.on_bad_row must be one of ('raise', 'skip'), got {on_bad_row!r}")
+        self.on_bad_row = on_bad_row
         self.source = source
         self.schedule = schedule
         self.updates_per_batch = updates_per_batch
@@ -74,8 +78,8 @@ class PromptDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_records:
             return
-        records = self.source.load()
-        heldout = self.source.load_heldout()
+        records = self.source.load(self.on_bad_row)
+        heldout = self.source.load_heldout(self.on_bad_row)
         if heldout is None:
             self.train_records, self.heldout_records = split_heldout(records, self.heldout_per_bucket, self.seed)
         else:

@@ -6,52 +6,87 @@ Difficulty is the number of `<<...>>` calculator annotations in the reference so
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards.extract import normalize_number
+
+log = logging.getLogger(__name__)
 
 
 def bucket_for_steps(steps: int, easy_max: int, medium_max: int) -> str:
     return "easy" if steps <= easy_max else "medium" if steps <= medium_max else "hard"
 
 
-def read_gsm8k(path: str | Path, prompt_template: str, easy_max: int = 2, medium_max: int = 4) -> list[Prompt]:
-    """Parse a GSM8K JSONL file; every malformed line is reported as `file:line: what`."""
+ON_BAD_ROW = ("raise", "skip")
+
+
+class BadRow(ValueError):
+    """One unusable line of a data file; the message starts with `file:line:`."""
+
+
+def _parse_row(line: str, where: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BadRow(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(row, dict):
+        raise BadRow(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for key in ("question", "answer"):
+        if not isinstance(row.get(key), str) or not row[key].strip():
+            raise BadRow(f"{where}: missing or empty '{key}'")
+    if "####" not in row["answer"]:
+        raise BadRow(f"{where}: 'answer' does not end with '#### N'")
+    final = normalize_number(row["answer"].rsplit("####", 1)[1].strip())
+    if final is None:
+        raise BadRow(f"{where}: final answer after '####' is not a number: "
+                     f"{row['answer'].rsplit('####', 1)[1].strip()[:40]!r}")
+    return {**row, "final": final}
+
+
+def read_gsm8k(path: str | Path, prompt_template: str, easy_max: int = 2, medium_max: int = 4,
+               on_bad_row: str = "raise") -> list[Prompt]:
+    """Parse a GSM8K JSONL file. A malformed line, a missing field, a non-numeric final answer or
+    a repeated `id` is an error naming `file:line`; with on_bad_row='skip' such lines are left out,
+    counted and summarised in the log instead. A row's id is its `id` field, else `<stem>-<line>`."""
+    if on_bad_row not in ON_BAD_ROW:
+        raise ValueError(f"data.on_bad_row must be one of {ON_BAD_ROW}, got {on_bad_row!r}")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (set data.source.path)")
-    records = []
+    records, bad = [], []
+    first_line: dict[str, int] = {}  # id -> the line that used it first
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for key in ("question", "answer"):
-                if not isinstance(row.get(key), str) or not row[key].strip():
-                    raise ValueError(f"{where}: missing or empty '{key}'")
-            solution = row["answer"]
-            if "####" not in solution:
-                raise ValueError(f"{where}: 'answer' does not end with '#### N'")
-            final = normalize_number(solution.rsplit("####", 1)[1].strip())
-            if final is None:
-                raise ValueError(f"{where}: final answer after '####' is not a number")
+                row = _parse_row(line, where)
+                row_id = str(row["id"]) if row.get("id") is not None else f"{path.stem}-{lineno}"
+                if row_id in first_line:
+                    raise BadRow(f"{where}: duplicate id {row_id!r} (first used on line {first_line[row_id]})")
+            except BadRow as err:
+                if on_bad_row == "raise":
+                    raise
+                bad.append(str(err))
+                continue
+            first_line[row_id] = lineno
             records.append(Prompt(
-                id=f"{path.stem}-{lineno}",
+                id=row_id,
                 question=row["question"],
                 prompt=prompt_template.format(question=row["question"]),
-                answer=final,
-                solution=solution,
-                bucket=bucket_for_steps(solution.count("<<"), easy_max, medium_max),
+                answer=row["final"],
+                solution=row["answer"],
+                bucket=bucket_for_steps(row["answer"].count("<<"), easy_max, medium_max),
             ))
+    if bad:
+        shown = "\n  ".join(bad[:5]) + (f"\n  ... and {len(bad) - 5} more" if len(bad) > 5 else "")
+        log.warning("data.on_bad_row=skip: left out %d bad row(s) of %s (%d kept):\n  %s", len(bad), path,
+                    len(records), shown)
     if not records:
-        raise ValueError(f"{path}: no records")
+        raise ValueError(f"{path}: no usable records" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
     return records
 
 
@@ -62,16 +97,19 @@ class GSM8KSource:
                  prompt_template: str = "Question: {question}\nAnswer: ") -> None:
         if not 0 <= easy_max < medium_max:
             raise ValueError(f"data.source: need 0 <= easy_max < medium_max, got {easy_max}, {medium_max}")
+        for key, value in (("path", path), ("heldout_path", heldout_path)):
+            if value is not None and not Path(value).is_file():  # checked now, before any model is built
+                raise FileNotFoundError(f"data.source.{key}={str(value)!r}: no such file")
         self.path = path
         self.heldout_path = heldout_path
         self.easy_max = easy_max
         self.medium_max = medium_max
         self.prompt_template = prompt_template
 
-    def load(self) -> list[Prompt]:
-        return read_gsm8k(self.path, self.prompt_template, self.easy_max, self.medium_max)
+    def load(self, on_bad_row: str = "raise") -> list[Prompt]:
+        return read_gsm8k(self.path, self.prompt_template, self.easy_max, self.medium_max, on_bad_row)
 
-    def load_heldout(self) -> list[Prompt] | None:
+    def load_heldout(self, on_bad_row: str = "raise") -> list[Prompt] | None:
         if self.heldout_path is None:
             return None
-        return read_gsm8k(self.heldout_path, self.prompt_template, self.easy_max, self.medium_max)
+        return read_gsm8k(self.heldout_path, self.prompt_template, self.easy_max, self.medium_max, on_bad_row)

@@ -50,7 +50,7 @@ class SyntheticArithmetic:
         self.seed = seed
         self.prompt_template = prompt_template
 
-    def load(self) -> list[Prompt]:
+    def load(self, on_bad_row: str = "raise") -> list[Prompt]:  # generated rows are never bad
         records = []
         for bucket in BUCKETS:
             rng = random.Random(f"{self.seed}-{bucket}")
@@ -78,5 +78,5 @@ class SyntheticArithmetic:
                 ))
         return records
 
-    def load_heldout(self) -> None:
+    def load_heldout(self, on_bad_row: str = "raise") -> None:
         return None
