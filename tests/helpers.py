@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 from hydra import compose, initialize_config_dir
 
 from grpo_aug.eventlog import read_scalars  # noqa: F401  (tests import it from here)
@@ -29,7 +31,9 @@ def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600,
     """`python train.py ...` in a subprocess, run dir (and cache, unless given) under tmp_path."""
     args = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}/run",
             f"paths.cache_dir={cache or tmp_path / 'cache'}", *overrides]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    # tests/ on the path, so a run may use a test-only callback (KillAt)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT / "tests"),
+                                                                          os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -67,6 +71,18 @@ def first_existing(*candidates) -> Path | None:
         if c and Path(c).is_file():
             return Path(c)
     return None
+
+
+class KillAt(L.Callback):
+    """SIGKILLs its own process when a batch starts at `step`: no teardown, no flush, no final
+    checkpoint, as when a node dies or a scheduler preempts the job."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Recorder:

@@ -16,10 +16,10 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_aug.callbacks import SampleHealth
-
 from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.warmup import supervised_warmup
+from grpo_aug.resume import latest_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         eval_max_new_tokens=cfg.model.eval_max_new_tokens,
         lr_warmup_steps=cfg.model.lr_warmup_steps,
         prompt_pool=datamodule.draw_prompts,
+        seed=cfg.seed,
     )
     return module, datamodule, callbacks
 
@@ -88,15 +89,32 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
     return trainer, module, datamodule
 
 
+def resume_from(cfg: DictConfig) -> str | None:
+    """ckpt_path as given, or with resume=auto the run directory's latest checkpoint."""
+    resume = cfg.get("resume")
+    if resume not in (None, "auto"):
+        raise ValueError(f"resume must be null or 'auto', got {resume!r} (a file goes in ckpt_path)")
+    if resume is None or cfg.get("ckpt_path") is not None:
+        return cfg.get("ckpt_path")
+    directory = Path(cfg.paths.output_dir) / "checkpoints"
+    latest = latest_checkpoint(directory)
+    if latest is None:
+        log.info("resume=auto: no checkpoint in %s; starting afresh", directory)
+        return None
+    log.info("resume=auto: continuing from %s", latest)
+    return str(latest)
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     # each checkpoint holds the weights after the step's updates, which is what resuming needs;
     # Lightning warns about manual optimization regardless
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     L.seed_everything(cfg.seed, workers=True)
+    ckpt_path = resume_from(cfg)
     trainer, module, datamodule = build(cfg)
-    if cfg.get("validate_before_training", True) and cfg.get("ckpt_path") is None:
+    if cfg.get("validate_before_training", True) and ckpt_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
     trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
     if trainer.is_global_zero:

@@ -39,6 +39,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
+from grpo_aug.resume import gather_per_rank, own_entry
 
 
 def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:
@@ -133,6 +134,19 @@ class WindowedMeans:
         self.window = window
         return True
 
+    def state_dict(self) -> dict:
+        """The open window: per name its weighted sum and weight (this rank's, unsynced)."""
+        sums = {name: (m.mean_value.item(), m.weight.item()) for name, m in self.metrics.items()}
+        return {"sums": sums, "updated": sorted(self.updated), "window": self.window}
+
+    def load_state_dict(self, state: dict, device: torch.device) -> None:
+        for name, (total, weight) in state["sums"].items():
+            self.metrics[name] = MeanMetric().to(device)
+            value = total / weight if weight > 0 else 0.0  # one update that leaves the same sum and weight
+            self.metrics[name].update(torch.tensor(value, device=device), torch.tensor(weight, device=device))
+        self.updated = set(state["updated"])
+        self.window = state["window"]
+
     def compute(self) -> dict[str, float]:
         """Window means; a name whose window had no weight (0 / 0) is left out."""
         values = {name: self.metrics[name].compute().item() for name in sorted(self.updated)}
@@ -164,6 +178,7 @@ class SampleHealth(L.Callback):
         self.distributions = {name: CatMetric() for name in ("rewards", "advantages", "lengths")}
         self.samples: dict[str, list[dict]] = {}  # bucket -> the latest text rows
         self.last: dict[str, float] = {}  # the latest logged values, for the final hparams
+        self._restored: dict | None = None  # this rank's windows from a checkpoint, applied at train start
 
     def on_train_start(self, trainer, pl_module) -> None:
         for means in (self.overall, self.by_bucket):  # a resumed run continues its windows
@@ -171,6 +186,33 @@ class SampleHealth(L.Callback):
         self.kl_max.to(pl_module.device)
         for metric in self.distributions.values():
             metric.to(pl_module.device)
+        if self._restored is not None:
+            self._restore(self._restored, pl_module.device)
+            self._restored = None
+
+    # -- checkpoints: the open windows, so a resumed run logs the points an uninterrupted one does
+    def state_dict(self) -> dict:
+        kl_max = self.kl_max.max_value.item() if self.kl_max.update_count else None
+        dists = {}
+        for name, metric in self.distributions.items():
+            values = metric.value if isinstance(metric.value, list) else [metric.value]
+            dists[name] = torch.cat([v.reshape(-1) for v in values]).cpu() if values else torch.zeros(0)
+        mine = {"overall": self.overall.state_dict(), "by_bucket": self.by_bucket.state_dict(), "kl_max": kl_max,
+                "distributions": dists}
+        return {"per_rank": gather_per_rank(mine), "samples": self.samples, "last": self.last}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.samples, self.last = dict(state["samples"]), dict(state["last"])
+        self._restored = own_entry(state["per_rank"], "health windows")
+
+    def _restore(self, mine: dict, device) -> None:
+        self.overall.load_state_dict(mine["overall"], device)
+        self.by_bucket.load_state_dict(mine["by_bucket"], device)
+        if mine["kl_max"] is not None:
+            self.kl_max.update(torch.tensor(mine["kl_max"], device=device))
+        for name, values in mine["distributions"].items():
+            if values.numel():
+                self.distributions[name].update(values.to(device))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.overall.update(health_values(outputs, self.low_std, self.high_std), pl_module.device)

@@ -56,7 +56,9 @@ class CurriculumBatchSampler:
         return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
 
     def __iter__(self) -> Iterator[list[int]]:
-        for step in range(self.start_step, self.total_steps):
+        # from the next step not yet handed out: should Lightning start another epoch, the run
+        # goes on with new batches instead of repeating the first ones
+        for step in range(self.position, self.total_steps):
             self.position = step + 1
             yield self.batch_at(step)
 
@@ -71,4 +73,6 @@ class CurriculumBatchSampler:
         self.schedule.load_state_dict(state["schedule"])
 
     def __len__(self) -> int:
-        return max(self.total_steps - self.start_step, 0)
+        # the whole run, not what is left: a resumed Lightning loop restores its batch index
+        # within the epoch and stops the epoch at this length
+        return self.total_steps

@@ -19,6 +19,7 @@ from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.lean.forward import packable
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
+from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate
 from grpo_aug.rollout.filter import informative_groups
@@ -117,6 +118,7 @@ class GRPOModule(L.LightningModule):
         eval_max_new_tokens: int | None = None,
         lr_warmup_steps: int = 0,
         prompt_pool: Callable[[str, int, int, int, set[str]], list[Prompt]] | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool"])
@@ -134,6 +136,11 @@ class GRPOModule(L.LightningModule):
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.prompt_pool = prompt_pool  # (bucket, n, step, round, used ids) -> fresh prompts
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
+        self.seed = seed
+        # the rollout's own random stream: checkpointed, and untouched by anything else that draws
+        # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
+        self._generator: torch.Generator | None = None
+        self._restored: dict | None = None  # run state from a checkpoint, applied when training starts
         self.policy: torch.nn.Module | None = None
         # a list hides the reference from nn.Module registration: it is not trained, not in the
         # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
@@ -174,14 +181,41 @@ class GRPOModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self.reference.to(self.device)
 
+    @property
+    def generator(self) -> torch.Generator:
+        if self._generator is None:
+            device = next(self.policy.parameters()).device
+            rank = self.global_rank if self._trainer is not None else 0
+            self._generator = torch.Generator(device=device).manual_seed(self.seed * 100_003 + rank)
+        return self._generator
+
     def on_train_start(self) -> None:
         self.logged_window = self.global_step // self.trainer.log_every_n_steps
+        if self._restored is not None:  # late: Lightning draws from the global stream while setting up
+            rng = own_entry(self._restored["rng"], "random streams")
+            if rng is not None:
+                restore_rng(rng, self.generator)
+            self._restored = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
+        checkpoint["run_state"] = {
+            "rng": gather_per_rank(capture_rng(self.generator)),  # every rank calls this: it gathers
+            "reward_errors": dict(self.reward_errors),
+            "reward_timeouts": dict(self.reward_timeouts),
+            "skipped_total": self.skipped_total,
+            "consecutive_skipped": self.consecutive_skipped,
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.algo.beta.load_state_dict(checkpoint.get("beta_schedule", {}))
+        state = checkpoint.get("run_state")
+        if state is not None:
+            self.reward_errors = Counter(state["reward_errors"])
+            self.reward_timeouts = Counter(state["reward_timeouts"])
+            self.skipped_total = state["skipped_total"]
+            self.consecutive_skipped = state["consecutive_skipped"]
+            self._restored = state
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
@@ -452,7 +486,8 @@ class GRPOModule(L.LightningModule):
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
         n = len(prompts)
         temperatures = s.row_temperatures(n)  # [n*G] row g at temperature slot g
-        ro = generate(self.policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens)
+        ro = generate(self.policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens,
+                      generator=self.generator)
         completions = [ro.texts[b * G : (b + 1) * G] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, G]
         lengths = ro.completion_mask.sum(dim=1)  # [n*G]

@@ -1,0 +1,93 @@
+"""What an exact resume needs beyond weights and optimizer: every random stream, per rank, and
+the run directory's latest checkpoint.
+
+Lightning saves a checkpoint from rank 0 only, but each rank has its own streams (and its own
+unsynced metric windows). So each rank's state is gathered into the checkpoint as a list
+indexed by rank (`gather_per_rank`, called on every rank: Lightning builds the checkpoint dict
+on all of them) and each rank takes its own entry back (`own_entry`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_per_rank(state: object) -> list:
+    """[rank 0's state, rank 1's, ...]; a collective under torch.distributed: call on every rank."""
+    rank, world = _rank_world()
+    if world == 1:
+        return [state]
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, state)
+    return gathered
+
+
+def own_entry(states: list, what: str):
+    """This rank's entry of a gather_per_rank list; None (with a warning) if the world size changed."""
+    rank, world = _rank_world()
+    if len(states) != world:
+        log.warning("the checkpoint's %s come from %d rank(s), this run has %d: they start afresh, so the run "
+                    "continues correctly but not bit for bit", what, len(states), world)
+        return None
+    return states[rank]
+
+
+def capture_rng(generator: torch.Generator | None) -> dict:
+    """Every random stream a training step may draw from on this rank."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
+        # plain types: Lightning loads checkpoints with weights_only=True, which refuses numpy arrays
+        state["numpy"] = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss))
+    except ImportError:
+        pass
+    if generator is not None:
+        state["rollout"] = generator.get_state()
+    return state
+
+
+def restore_rng(state: dict, generator: torch.Generator | None) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        name, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if generator is not None and "rollout" in state:
+        generator.set_state(state["rollout"])
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The checkpoint with the highest global step in `directory` (None if there is none).
+
+    Files are opened memory-mapped: only the small header entries are read, not the weights."""
+    best, best_step = None, -1
+    for path in sorted(Path(directory).glob("*.ckpt")):
+        try:
+            step = int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+        except Exception as err:  # a file cut short by the kill: skip it, say so
+            log.warning("resume: %s is not a readable checkpoint (%s); ignored", path, err)
+            continue
+        if step > best_step:
+            best, best_step = path, step
+    return best
