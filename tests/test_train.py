@@ -1,5 +1,6 @@
 """End-to-end runs through the real Hydra entry point."""
 
+import math
 import signal
 
 import pytest
@@ -54,6 +55,20 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert last["global_step"] == 4
     assert all(k.startswith(("policy.", "val_")) for k in last["state_dict"])  # no reference weights
     assert (run / "policy" / "model.safetensors").is_file()
+
+
+def test_windows_without_loss_tokens_log_no_nan_anywhere(tmp_path):
+    """An untrained model scores 0 everywhere: with the zero-std filter every group leaves the
+    update, so no step has a loss token. Token-weighted curves get no point; nothing is NaN,
+    the final hparams included."""
+    result = run_train(tmp_path, ["debug=fast", *TINY, "rollout.filter.zero_std=true"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    scalars = read_scalars(tmp_path / "run")
+    assert scalars["health/zero_std_frac"] and all(v == 1.0 for _, v in scalars["health/zero_std_frac"])
+    assert all(math.isfinite(v) for points in scalars.values() for _, v in points)
+    for tag in ("health/kl_mean", "health/kl_max", "health/entropy_mean", "health/clip_frac", "train/clip_frac"):
+        assert tag not in scalars, tag
+    assert all_finite(scalars["train/skipped_nonfinite"]) and "final/health/reward_mean" in scalars
 
 
 def test_fail_on_stops_the_run_with_the_alert(tmp_path):
