@@ -254,7 +254,8 @@ def child(which: str, workload: str, model_dir: str, steps: int) -> None:
 
 
 def spawn(which: str, workload: str, model_dir: Path, steps: int) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", which, "--workload", workload, "--model", str(model_dir),
+    proc = subprocess.run([sys.executable, __file__, "--child", which, "--workload", workload,
+                           "--model", str(model_dir),
                            "--steps", str(steps)], capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:

@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
 from grpo_aug.eventlog import read_scalars  # noqa: E402
 
 PANELS = [
@@ -32,7 +33,7 @@ def main(run: Path, png: Path) -> Path:
     if not data:
         raise SystemExit(f"no TensorBoard scalars under {run}/tensorboard")
     fig, axes = plt.subplots(2, 3, figsize=(15, 7))
-    for ax, (title, tags) in zip(axes.flat, PANELS):
+    for ax, (title, tags) in zip(axes.flat, PANELS, strict=True):
         for tag in tags:
             points = sorted(data.get(tag, []))
             if points:

@@ -4,10 +4,9 @@ import pytest
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from helpers import compose_cfg
-
 from grpo_aug.data.datamodule import PromptDataModule
 from grpo_aug.pipeline import build_parts
+from helpers import compose_cfg
 
 
 @pytest.mark.parametrize(
@@ -49,7 +48,8 @@ BAD = [  # (overrides, what the message must say: the key, and the value or the 
     (["rollout.max_new_tokens=0"], r"rollout.max_new_tokens must be >= 1, got 0"),
     (["rollout/dedup=ngram", "rollout.dedup.min_unique=5"], r"rollout.dedup.min_unique=5 exceeds rollout.group_size=4"),
     (["rollout/dedup=ngram", "rollout.dedup.threshold=1.5"], r"rollout.dedup.threshold must be in \(0, 1\], got 1.5"),
-    (["rollout.filter.zero_std=true", "rollout.filter.max_rounds=-1"], r"rollout.filter.max_rounds must be >= 0, got -1"),
+    (["rollout.filter.zero_std=true", "rollout.filter.max_rounds=-1"],
+     r"rollout.filter.max_rounds must be >= 0, got -1"),
     (["algo.adv_clip=0"], r"algo.adv_clip must be > 0, got 0"),
     (["algo.clip_eps_low=1.0"], r"algo.clip_eps_low must be in \[0, 1\), got 1.0"),
     (["algo.clip_eps_high=-0.1"], r"algo.clip_eps_high must be in \[0, 1\), got -0.1"),

@@ -102,7 +102,7 @@ def discrimination(reward, prompts: list[Prompt], seed: int) -> dict[str, float]
         if not bool(scores.scored[0, 0]):
             continue
         total = scores.total[0].tolist()
-        for k, s in zip(kinds, total[1:]):
+        for k, s in zip(kinds, total[1:], strict=True):
             pairs[k] += pair_auc(total[0], [s])
     aucs = {k: sum(v) / len(v) for k, v in pairs.items() if v}
     every = [x for v in pairs.values() for x in v]

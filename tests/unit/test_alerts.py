@@ -5,9 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import Recorder
-
 from grpo_aug.callbacks.alerts import AlertFailure, Alerts, StepStats, Thresholds, check, step_stats
+from helpers import Recorder
 
 T = Thresholds()
 HEALTHY = StepStats(reward_std=0.45, reward_mean=0.5, reward_min=0.0, reward_max=1.0, kl_mean=0.02,

@@ -5,10 +5,9 @@ import math
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg
-
 from grpo_aug.data.curriculum import AdaptiveSchedule, LinearSchedule, StagedSchedule, difficulty_weights
 from grpo_aug.data.sampler import CurriculumBatchSampler
+from helpers import compose_cfg
 
 INDICES = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard": list(range(200, 300))}
 

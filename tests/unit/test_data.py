@@ -43,7 +43,7 @@ def test_synthetic_solutions_compute_the_question():
         # the question itself, evaluated by an independent left-to-right parser, gives the answer
         tokens = r.question.removeprefix("What is ").removesuffix("?").replace("(", "").replace(")", "").split()
         acc = int(tokens[0])
-        for op, num in zip(tokens[1::2], tokens[2::2]):
+        for op, num in zip(tokens[1::2], tokens[2::2], strict=True):
             acc = OPS[op](acc, int(num))
         assert acc == int(r.answer)
 
@@ -136,7 +136,7 @@ def _sampler(rank, world, schedule=None, start=0):
 
 def test_batches_are_single_bucket_and_rank_disjoint():
     ranks = [list(_sampler(r, 2)) for r in range(2)]
-    for b0, b1 in zip(*ranks):
+    for b0, b1 in zip(*ranks, strict=True):
         assert len({i // 100 for i in b0 + b1}) == 1  # one bucket, same on both ranks
         assert not set(b0) & set(b1) and len(set(b0 + b1)) == 16
 

@@ -5,10 +5,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import Recorder
-
 from grpo_aug.callbacks import SampleHealth, health_values
 from grpo_aug.callbacks.health import length_stats, samples_markdown
+from helpers import Recorder
 
 
 def _outputs(rewards, temps, **over):

@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from grpo_aug.lean.decode import supports
 from grpo_aug.models.tiny import build_char_tokenizer
 from grpo_aug.rollout import generate
-from grpo_aug.lean.decode import supports
 
 PROMPTS = ["Q: What is 4 + 5?\nA: ", "Q: 7?\nA: ", "Q: What is (12 + 3) * 2?\nA: "]
 
@@ -97,7 +97,8 @@ def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
         n = int(alone.completion_mask.sum())
         assert n == int(lengths[i])
         start = batch.prompt_len
-        assert torch.equal(batch.input_ids[i, start : start + n], alone.input_ids[0, alone.prompt_len : alone.prompt_len + n])
+        own = alone.input_ids[0, alone.prompt_len : alone.prompt_len + n]
+        assert torch.equal(batch.input_ids[i, start : start + n], own)
 
 
 def test_sharded_models_sample_through_their_own_forward(monkeypatch):

@@ -63,7 +63,7 @@ def test_packed_logits_and_gradients_match_the_hf_forward(kind, hidden, grouped,
     params = [p for p in model.parameters()]
     g_packed = torch.autograd.grad((packed[on] * weights[on]).sum(), params)
     g_plain = torch.autograd.grad((plain[on] * weights[on]).sum(), params)
-    for (name, _), a, b in zip(model.named_parameters(), g_packed, g_plain):
+    for (name, _), a, b in zip(model.named_parameters(), g_packed, g_plain, strict=True):
         assert torch.allclose(a, b, atol=1e-5), (name, (a - b).abs().max())
 
 

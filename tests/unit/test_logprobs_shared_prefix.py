@@ -57,7 +57,7 @@ def test_shared_prefix_matches_full_rows(path, monkeypatch):
     params = list(model.parameters())
     g_shared = torch.autograd.grad(shared[on].sum(), params)
     g_full = torch.autograd.grad(full[on].sum(), params)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_shared, g_full))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_shared, g_full, strict=True))
 
 
 def test_distinct_prompts_take_the_plain_path(monkeypatch):

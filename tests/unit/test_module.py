@@ -1,9 +1,8 @@
 import copy
 import functools
 
-import pytest
-
 import lightning as L
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -98,8 +97,8 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
     (out,) = fit_batches(m, [EASY[:3]])
     assert torch.isfinite(out["updates"]["loss"]).all()
     assert out["rewards"].shape == (3, 4) and out["lengths"].shape == (12,)
-    assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters()))
-    assert all(torch.equal(b, p) for b, p in zip(ref_before, m.reference.parameters()))
+    assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
+    assert all(torch.equal(b, p) for b, p in zip(ref_before, m.reference.parameters(), strict=True))
     assert all(p.grad is None for p in m.reference.parameters())
 
 
@@ -253,7 +252,7 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
     whole, g_whole = run([rows])
     chunked, g_chunked = run(length_chunks(lengths, 3))
     assert chunked == pytest.approx(whole, rel=1e-5, abs=1e-7)
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_chunked))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_chunked, strict=True))
     # the reference log-probs from trimmed chunks are the unchunked ones wherever a token exists
     with torch.no_grad():
         plain = m._logprobs(m.reference, step.rollout)

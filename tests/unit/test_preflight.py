@@ -5,7 +5,15 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.preflight import (
-    PreflightSettings, Samples, cut_before_answer, discrimination, pair_auc, run_checks, shuffled_steps, table, wrong_final,
+    PreflightSettings,
+    Samples,
+    cut_before_answer,
+    discrimination,
+    pair_auc,
+    run_checks,
+    shuffled_steps,
+    table,
+    wrong_final,
 )
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet, SoftMathReward
 

@@ -7,8 +7,15 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import (
-    FormatReward, MathReward, RepetitionReward, RewardFunction, RewardSet, ScriptReward, SimilarityReward,
-    SoftMathReward, Winsorize,
+    FormatReward,
+    MathReward,
+    RepetitionReward,
+    RewardFunction,
+    RewardSet,
+    ScriptReward,
+    SimilarityReward,
+    SoftMathReward,
+    Winsorize,
 )
 
 # a GSM8K-style reference: 48/2 = 24 is the intermediate, 48 + 24 = 72 the answer

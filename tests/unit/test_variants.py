@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_aug.data.datamodule import PromptDataModule
 from grpo_aug.data.curriculum import StagedSchedule
+from grpo_aug.data.datamodule import PromptDataModule
 from grpo_aug.data.gsm8k import read_gsm8k
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.data.variants import NumericSubstitution, Rephrase, Variants, VariantFailed
+from grpo_aug.data.variants import NumericSubstitution, Rephrase, VariantFailed, Variants
 
 GSM8K = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "gsm8k" / "train.jsonl"
 
@@ -134,7 +134,7 @@ def test_numeric_substitution_by_hand():
                    "15*2=<<15*2=30>>30\n15+30=<<15+30=45>>45\n#### 45", "easy")
     v2 = NumericSubstitution()(twice, random.Random(1))
     n = int(re.search(r"\d+", v2.question).group(0))
-    assert int(v2.answer) == 3 * n and f"*2=" in v2.solution
+    assert int(v2.answer) == 3 * n and "*2=" in v2.solution
     with pytest.raises(VariantFailed, match="no question number feeds"):
         NumericSubstitution()(Prompt("x", "Two and 2?", "Q", "4", "<<2+2=4>>4\n#### 4", "easy"), random.Random(0))
     with pytest.raises(VariantFailed, match="is wrong"):

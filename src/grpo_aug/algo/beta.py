@@ -54,7 +54,8 @@ class RelaxBeta(ConstantBeta):
             raise ValueError(f"algo.beta.kl_below must be > 0, got {kl_below}")
         if patience < 1:
             raise ValueError(f"algo.beta.patience must be >= 1, got {patience}")
-        self.factor, self.kl_below, self.patience, self.after_step = float(factor), float(kl_below), patience, after_step
+        self.factor, self.kl_below = float(factor), float(kl_below)
+        self.patience, self.after_step = patience, after_step
         self.calm = 0  # consecutive rollouts with KL below kl_below
         self.relaxed = False
 

@@ -60,7 +60,8 @@ def token_logprobs(
     with `with_entropy` also the detached entropy of each position's distribution, [N, T].
     length_groups: for packed models, completions attend in up to this many length-sorted groups.
     """
-    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, length_groups).float()  # [N, T, V] tokens P..P+T-1
+    # [N, T, V]: the logits that predict tokens P..P+T-1
+    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, length_groups).float()
     temps = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
     logits = logits / temps.to(logits.dtype)[:, None, None]  # [N, T, V]
     targets = input_ids[:, prompt_len:]  # [N, T]

@@ -133,7 +133,8 @@ class Alerts(L.Callback):
                 raise ValueError(f"callbacks.alerts.{key} must be >= 0, got {value}")
         t = self.thresholds
         if t.low_std >= t.high_std:
-            raise ValueError(f"callbacks.alerts needs low_std < high_std, got low_std={t.low_std}, high_std={t.high_std}")
+            raise ValueError(f"callbacks.alerts needs low_std < high_std, got low_std={t.low_std}, "
+                             f"high_std={t.high_std}")
         self.window = window
         self.fail_on = set(fail_on)
         self.history: deque[StepStats] = deque(maxlen=window)

@@ -90,7 +90,8 @@ def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0)
     for t in temperatures[0].unique().tolist():  # every group uses the same ladder
         rung = (temperatures == t) & scored
         values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), one * rung.sum())
-    return {k: (torch.as_tensor(v, dtype=torch.float32, device=rewards.device), torch.as_tensor(w, device=rewards.device))
+    device = rewards.device
+    return {k: (torch.as_tensor(v, dtype=torch.float32, device=device), torch.as_tensor(w, device=device))
             for k, (v, w) in values.items()}
 
 

@@ -12,7 +12,6 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 
 
-
 class CurriculumBatchSampler:
     def __init__(
         self,

@@ -154,7 +154,7 @@ class LeanDecoder:
         cos, sin = self.cos[:, self.t : self.t + 1], self.sin[:, self.t : self.t + 1]  # [N, 1, D]
         bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]
         x = self.model.model.embed_tokens(token)  # [N, H]
-        for i, (layer, proj) in enumerate(zip(self.layers, self.projections)):
+        for i, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
             qkv = proj.qkv(rms_norm(x, layer.input_layernorm)).view(n, -1, d)  # [N, Hq+2KV, D]
             qk = self._rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # [N, Hq+KV, D] one call for both
             q = qk[:, : self.heads]  # [N, Hq, D]

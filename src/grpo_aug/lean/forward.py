@@ -102,7 +102,8 @@ class _Layout:
         self.last_prompt = prompt_mask.long().sum(-1).cumsum(0) - 1  # [U] into the packed prompt tokens
         causal_p = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
         # a padding query sees only itself (zero key and value): finite, and never read
-        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | torch.eye(p, dtype=torch.bool, device=dev)  # [U, P, P]
+        eye = torch.eye(p, dtype=torch.bool, device=dev)
+        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | eye  # [U, P, P]
         # completion tokens are packed group by group (rows of similar length, see attention_groups)
         self.groups: list[_TailGroup] = []
         grid_index = []  # each packed completion token's place in the [N, T'] grid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import lightning as L
@@ -346,7 +346,8 @@ class GRPOModule(L.LightningModule):
         skip = float(self.trainer.strategy.reduce(bad, reduce_op="sum")) > 0
         if skip:
             log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
-                        self.global_step, f"loss in {nonfinite} chunk(s)" if nonfinite else f"gradient norm {grad_norm}")
+                        self.global_step,
+                        f"loss in {nonfinite} chunk(s)" if nonfinite else f"gradient norm {grad_norm}")
             optimizer.zero_grad(set_to_none=True)
             optimizer.step()  # counts the step; with no gradient the optimizer touches nothing
         else:
@@ -437,9 +438,11 @@ class GRPOModule(L.LightningModule):
                 n = int(ro.completion_mask[i].sum())
                 keep = [1] * n
                 if patterns:
-                    keep = [k * t for k, t in zip(keep, template_mask([self._piece(t) for t in ids[:n]], patterns))]
+                    template = template_mask([self._piece(t) for t in ids[:n]], patterns)
+                    keep = [k * t for k, t in zip(keep, template, strict=True)]
                 if a.repeat_ngram:
-                    keep = [k * r for k, r in zip(keep, repetition_mask(ids[:n], a.repeat_ngram, a.repeat_max))]
+                    repeats = repetition_mask(ids[:n], a.repeat_ngram, a.repeat_max)
+                    keep = [k * r for k, r in zip(keep, repeats, strict=True)]
                 mask[i, :n] *= torch.tensor(keep, dtype=mask.dtype, device=mask.device)
         return mask * valid.reshape(-1, 1).to(mask.dtype)  # [B*G, T]
 
@@ -508,7 +511,8 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
         greedy = torch.zeros(len(batch))
         ro = generate(self.policy, self.tokenizer, [p.prompt for p in batch], greedy, 1.0, self.eval_max_new_tokens)
-        correct = torch.tensor([self.exact(p, text) for p, text in zip(batch, ro.texts)], device=self.device)
+        scores = [self.exact(p, text) for p, text in zip(batch, ro.texts, strict=True)]
+        correct = torch.tensor(scores, device=self.device)
         bucket = batch[0].bucket
         self.val_correct[bucket].update(correct.sum())
         self.val_total[bucket].update(torch.tensor(float(len(batch)), device=self.device))

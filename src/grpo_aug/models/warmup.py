@@ -53,7 +53,7 @@ def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)  # [N, L]
     lab = torch.full((len(rows), width), -100)  # [N, L]
     attn = torch.zeros((len(rows), width), dtype=torch.long)  # [N, L]
-    for i, (x, y) in enumerate(zip(rows, labels)):
+    for i, (x, y) in enumerate(zip(rows, labels, strict=True)):
         ids[i, : len(x)] = torch.tensor(x)
         lab[i, : len(y)] = torch.tensor(y)
         attn[i, : len(x)] = 1
@@ -95,7 +95,8 @@ def supervised_warmup(
     # linear ramp then cosine decay: ending at a small lr leaves a settled model, not one mid-jump
     ramp = min(20, steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1)))
+        optimizer,
+        lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1))),
     )
     rng = random.Random(seed)
     for step in range(steps):

@@ -55,7 +55,8 @@ def _adversarial(rng: random.Random) -> str:
     if kind == 6:  # unicode digits and look-alike operators
         return rng.choice(["<<١٢+٣=١٥>>", "#### ٧٢", "<<𝟗×𝟗=81>>", "48−24 = 24", "\\boxed{٧٢}", "<<½+½=1>>"])
     if kind == 7:  # NaN / inf spellings where a number is expected
-        return f"{rng.choice(['####', 'The answer is', 'A:', '<<1+1='])} {rng.choice(['nan', 'inf', '-inf', 'Infinity', 'NaN'])}>>"
+        marker = rng.choice(['####', 'The answer is', 'A:', '<<1+1='])
+        return f"{marker} {rng.choice(['nan', 'inf', '-inf', 'Infinity', 'NaN'])}>>"
     if kind == 8:  # division by zero in every place
         return rng.choice(["<<1/0=1>>", "<<0/0=0>>", "#### 1/0", "\\boxed{0/0}", "5/0 = 1", "<<2=1/0>>"])
     if kind == 9:  # unclosed and interleaved markers

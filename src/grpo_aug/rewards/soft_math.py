@@ -32,7 +32,8 @@ class SoftMathReward:
                  max_length_ratio: float = 2.0) -> None:
         if max_length_ratio <= 0:
             raise ValueError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
-        self.correct, self.flawed, self.partial, self.wrong = float(correct), float(flawed), float(partial), float(wrong)
+        self.correct, self.flawed = float(correct), float(flawed)
+        self.partial, self.wrong = float(partial), float(wrong)
         self.max_length_ratio = float(max_length_ratio)
 
     def __call__(self, prompt: Prompt, completion: str) -> float:

@@ -39,7 +39,8 @@ class RolloutSettings:
         self.dedup.check_group_size(self.group_size)
         object.__setattr__(self, "hints", tuple(self.hints))
         if "{question}" not in self.hint_template or "{hint}" not in self.hint_template:
-            raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, got {self.hint_template!r}")
+            raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
+                             f"got {self.hint_template!r}")
 
     def row_prompts(self, batch: Sequence[Prompt]) -> list[str]:
         """B * G rollout prompts: slot g of each group carries hint g % len(hints), if any.
