@@ -336,3 +336,15 @@ def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir):
         fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
     assert len(snap.states) == 1  # stopped inside the second step
     assert all(not st for st in snap.states[0][1]["state"].values())  # the optimizer never stepped
+
+
+def test_an_update_with_no_loss_token_changes_nothing(tiny_model_dir):
+    """Step 2's groups are all flat and filtered out: AdamW must not coast on its momentum."""
+    informative = [p.id for p in EASY[:3]]
+    m = _module(tiny_model_dir, reward=ById(informative), group_filter=GroupFilter(zero_std=True))
+    snap = Snapshot()
+    outs = fit_batches(m, [EASY[:3], EASY[3:6]], callbacks=[snap])
+    (w1, o1, s1, g1), (w2, o2, s2, g2) = snap.states
+    assert float(outs[0]["loss_tokens"]) > 0 and float(outs[1]["loss_tokens"]) == 0
+    assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2) and (g1, g2) == (1, 2)
+    assert m.skipped_total == 0  # not a non-finite skip

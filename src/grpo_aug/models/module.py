@@ -321,7 +321,9 @@ class GRPOModule(L.LightningModule):
         update on every rank: the gradients are dropped and neither the optimizer nor the lr
         schedule steps, so weights and optimizer state stay bit-identical (AdamW's moments would
         otherwise move every weight even on a zero gradient). The step still counts toward
-        trainer.max_steps; `train/skipped_nonfinite` counts it.
+        trainer.max_steps; `train/skipped_nonfinite` counts it. An update without a single loss
+        token on any rank (every group filtered out as flat) is skipped the same way, uncounted:
+        a zero gradient would still move every weight through AdamW's momentum.
         """
         a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
@@ -342,12 +344,15 @@ class GRPOModule(L.LightningModule):
             self.manual_backward(loss)
             parts.append((loss.detach(), stats))
         grad_norm = gradient_norm(self.policy)
-        bad = torch.tensor(float(nonfinite > 0 or not torch.isfinite(grad_norm)), device=self.device)
-        skip = float(self.trainer.strategy.reduce(bad, reduce_op="sum")) > 0
+        local = torch.tensor([float(nonfinite > 0 or not torch.isfinite(grad_norm)), float(total_tokens)],
+                             device=self.device)
+        bad, tokens = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()  # one reduce, every rank
+        skip, empty = bad > 0, tokens == 0
         if skip:
             log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
                         self.global_step,
                         f"loss in {nonfinite} chunk(s)" if nonfinite else f"gradient norm {grad_norm}")
+        if skip or empty:
             optimizer.zero_grad(set_to_none=True)
             optimizer.step()  # counts the step; with no gradient the optimizer touches nothing
         else:

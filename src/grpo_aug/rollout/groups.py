@@ -1,0 +1,104 @@
+"""Sampling whole groups: G rows per prompt, scored and deduplicated, with the zero-std refill.
+
+`GroupSampler.sample_round` rolls out one batched call for a list of prompts; `sample` adds
+DAPO-style dynamic sampling: while fewer than `data.batch_size` groups have reward spread, it
+rolls out fresh prompts of the same bucket (never earlier rows) for at most
+`rollout.filter.max_rounds` extra rounds. Preflight uses `sample_round` on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from grpo_aug.algo.masks import overlong_penalty
+from grpo_aug.data.records import Prompt
+from grpo_aug.rewards import RewardSet
+from grpo_aug.rollout.filter import informative_groups
+from grpo_aug.rollout.merge import concat_rollouts
+from grpo_aug.rollout.sampler import generate
+from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.rollout.types import Rollout
+
+PromptPool = Callable[[str, int, int, int, set[str]], list[Prompt]]  # (bucket, n, step, round, used ids)
+
+
+class SampledGroups(NamedTuple):
+    prompts: list[Prompt]
+    rollout: Rollout  # [n*G] rows
+    rewards: torch.Tensor  # [n, G] total reward, overlong shaping included; 0 where unscorable
+    parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
+    errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
+    timeouts: dict[str, int]  # per reward function, calls past reward.timeout_s
+    distinct: torch.Tensor  # [n, G]
+    scored: torch.Tensor  # [n, G] every reward function returned a number
+    valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
+    informative: torch.Tensor  # [n] groups whose counted rewards differ
+    rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
+
+
+def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
+    if len(rounds) == 1:
+        return rounds[0]
+    return SampledGroups(
+        prompts=[p for r in rounds for p in r.prompts],
+        rollout=concat_rollouts([r.rollout for r in rounds], pad_id),
+        rewards=torch.cat([r.rewards for r in rounds]),
+        parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
+        errors={k: sum(r.errors[k] for r in rounds) for k in rounds[0].errors},
+        timeouts={k: sum(r.timeouts[k] for r in rounds) for k in rounds[0].timeouts},
+        distinct=torch.cat([r.distinct for r in rounds]),
+        scored=torch.cat([r.scored for r in rounds]),
+        valid=torch.cat([r.valid for r in rounds]),
+        informative=torch.cat([r.informative for r in rounds]),
+        rounds=len(rounds),
+    )
+
+
+class GroupSampler:
+    """Rolls out, scores and deduplicates groups for a policy. The rollout settings are passed
+    per call: the adaptive temperature callback changes the ladder during a run."""
+
+    def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
+                 prompt_pool: PromptPool | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.reward = reward
+        self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
+        self.prompt_pool = prompt_pool
+
+    def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], settings: RolloutSettings,
+                     generator: torch.Generator | None = None) -> SampledGroups:
+        """Roll out G rows for each prompt in one batched call; score and dedup them."""
+        s, G, n = settings, settings.group_size, len(prompts)
+        device = next(policy.parameters()).device
+        temperatures = s.row_temperatures(n)  # [n*G] row g at temperature slot g
+        ro = generate(policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens,
+                      generator=generator)
+        completions = [ro.texts[b * G : (b + 1) * G] for b in range(n)]
+        scores = self.reward.score(prompts, completions)  # [n, G]
+        lengths = ro.completion_mask.sum(dim=1)  # [n*G]
+        shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*G]
+        rewards = (scores.total + shaping.view(n, G).cpu()).to(device)  # [n, G]
+        distinct = s.dedup(completions).to(device)  # [n, G]
+        # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
+        # the loss and the group statistics
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(device)  # [n, G]
+        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, scores.timeouts, distinct,
+                             scores.scored.to(device), valid, informative_groups(rewards, valid))
+
+    def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
+               generator: torch.Generator | None = None) -> SampledGroups:
+        """The batch's groups, plus refill rounds while too few are informative (if configured)."""
+        rounds = [self.sample_round(policy, batch, settings, generator)]
+        wanted, f = len(batch), settings.filter
+        informative = int(rounds[0].informative.sum())
+        while f.refill and informative < wanted and len(rounds) <= f.max_rounds:
+            used = {p.id for r in rounds for p in r.prompts}
+            extra = self.prompt_pool(batch[0].bucket, wanted - informative, step, len(rounds), used)
+            if not extra:
+                break
+            rounds.append(self.sample_round(policy, extra, settings, generator))
+            informative += int(rounds[-1].informative.sum())
+        return merge_rounds(rounds, self.tokenizer.pad_token_id)
