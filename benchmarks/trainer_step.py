@@ -78,7 +78,8 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
     import lightning as L
     from torch.utils.data import DataLoader
 
-    import grpo_aug.models.module as module_lib
+    import grpo_aug.algo.scoring as scoring_lib
+    import grpo_aug.rollout.groups as groups_lib
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth
     from grpo_aug.data.records import Prompt
@@ -110,15 +111,15 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
                 parts[name] += time.perf_counter() - start
         return wrapper
 
-    module_lib.generate = timed("generate", module_lib.generate)
+    groups_lib.generate = timed("generate", groups_lib.generate)
     module.reward.score = timed("reward", module.reward.score)
-    plain_logprobs = module_lib.token_logprobs
+    plain_logprobs = scoring_lib.token_logprobs
 
     def logprobs(*args, **kwargs):  # no_grad: the reference (and old) log-probs; grad: the policy
         name = "policy forward" if torch.is_grad_enabled() else "reference log-probs"
         return timed(name, plain_logprobs)(*args, **kwargs)
 
-    module_lib.token_logprobs = logprobs
+    scoring_lib.token_logprobs = logprobs
     module.manual_backward = timed("policy backward", module.manual_backward)
     step_times, breakdown, lengths = [], [], []
 

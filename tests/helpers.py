@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra import compose, initialize_config_dir
 
 from grpo_aug.eventlog import read_scalars  # noqa: F401  (tests import it from here)
+from grpo_aug.report import StepReport
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
@@ -71,6 +73,23 @@ def first_existing(*candidates) -> Path | None:
         if c and Path(c).is_file():
             return Path(c)
     return None
+
+
+def make_report(rewards, temperatures=None, **over) -> StepReport:
+    """A StepReport for callback tests: every row scored, counted and distinct, length 4,
+    8 loss tokens, nothing clipped; `over` replaces any field."""
+    r = torch.as_tensor(rewards, dtype=torch.float32)  # [N, G]
+    n = r.numel()
+    ones = torch.ones_like(r, dtype=torch.bool)
+    zero = torch.tensor(0.0)
+    temps = torch.as_tensor(temperatures if temperatures is not None else [1.0] * n, dtype=torch.float32)
+    fields = dict(bucket="easy", rewards=r, scored=ones, counted=ones, valid=ones, distinct=ones, temperatures=temps,
+                  lengths=torch.full((n,), 4), truncated=torch.zeros(n, dtype=torch.bool), advantages=torch.zeros(n),
+                  loss_tokens=torch.tensor(8.0), generated_tokens=torch.tensor(4.0 * n), refill_rounds=zero,
+                  refill_exhausted=zero, kl_mean=zero, kl_max=zero, entropy_mean=torch.tensor(1.0), clip_frac=zero,
+                  clip_frac_low=zero, clip_frac_high=zero, nonfinite=zero, samples=[])
+    fields.update(over)
+    return StepReport(**fields)
 
 
 class KillAt(L.Callback):

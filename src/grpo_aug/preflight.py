@@ -118,7 +118,7 @@ def sample_batches(module, datamodule, batches: int):
     with torch.no_grad():
         for step in range(batches):
             batch = [datamodule.train_records[i] for i in sampler.batch_at(step)]
-            sampled = module.sample_round(batch)
+            sampled = module.sampler.sample_round(module.policy, batch, module.rollout_settings, module.generator)
             datamodule.schedule.observe(step, float(counted_mean(sampled.rewards, sampled.scored)))
             rewards.append(sampled.rewards.cpu())  # [B, G]
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group

@@ -36,3 +36,19 @@ class StepReport:
     clip_frac_high: torch.Tensor  # []
     nonfinite: torch.Tensor  # [] updates skipped on every rank for a non-finite loss or gradient norm
     samples: list[dict] = field(default_factory=list)  # a few rows for the TensorBoard text samples
+
+
+def text_samples(sampled, groups: torch.Tensor, advantages: torch.Tensor, group_size: int,
+                 per_step: int = 4) -> list[dict]:
+    """A few rows for the TensorBoard text samples: row b % G of each of the first groups.
+
+    sampled: the step's SampledGroups; groups: [B] the groups in the update; advantages: [B*G]."""
+    position = {g: i for i, g in enumerate(groups.tolist())}  # group -> its index in the update
+    rows = []
+    for b in range(min(per_step, len(sampled.prompts))):
+        g = b % group_size
+        rows.append({"bucket": sampled.prompts[b].bucket, "prompt": sampled.prompts[b].prompt,
+                     "completion": sampled.rollout.texts[b * group_size + g], "reward": sampled.rewards[b, g].item(),
+                     "advantage": advantages[position[b] * group_size + g].item() if b in position else 0.0,
+                     "temperature": sampled.rollout.temperatures[b * group_size + g].item()})
+    return rows

@@ -1,12 +1,13 @@
 """Each alert fires on constructed statistics, stays silent on healthy ones, and fail_on stops."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from grpo_aug.callbacks.alerts import AlertFailure, Alerts, StepStats, Thresholds, check, step_stats
-from helpers import Recorder
+from helpers import Recorder, make_report
 
 T = Thresholds()
 HEALTHY = StepStats(reward_std=0.45, reward_mean=0.5, reward_min=0.0, reward_max=1.0, kl_mean=0.02,
@@ -46,10 +47,8 @@ def test_high_std_kl_spike_tokens_polarisation_nonfinite():
 
 
 def test_step_stats_by_hand():
-    out = {"rewards": torch.tensor([[1.0, 0.0], [1.0, 1.0]]), "lengths": torch.tensor([2.0, 4.0, 6.0, 8.0]),
-           "kl_mean": torch.tensor(0.1), "loss_tokens": torch.tensor(10.0), "nonfinite": torch.tensor(0.0),
-           "temperatures": torch.tensor([0.7, 1.5, 0.7, 1.5]), "scored": torch.ones(2, 2, dtype=torch.bool),
-           "counted": torch.ones(2, 2, dtype=torch.bool)}
+    out = make_report([[1.0, 0.0], [1.0, 1.0]], [0.7, 1.5, 0.7, 1.5], lengths=torch.tensor([2.0, 4.0, 6.0, 8.0]),
+                      kl_mean=torch.tensor(0.1), loss_tokens=torch.tensor(10.0))
     s = StepStats(*step_stats(out).tolist())
     assert s.reward_std == pytest.approx(0.7071 / 2, rel=1e-3) and s.reward_mean == 0.75
     assert (s.reward_min, s.reward_max, s.max_temperature) == (0.0, 1.0, 1.5)
@@ -57,8 +56,8 @@ def test_step_stats_by_hand():
     assert s.polarisation == pytest.approx(7.4 / 2.6, rel=1e-4)  # p90 = 7.4, p10 = 2.6 over 2, 4, 6, 8
     # an unscorable row (stored as 0) is neither a reward of 0 nor part of its group's std:
     # group 1 counts only its 1.0 row (no std), group 2 is flat; mean over the 3 scored rows is 1
-    out["scored"] = out["counted"] = torch.tensor([[True, False], [True, True]])
-    s = StepStats(*step_stats(out).tolist())
+    mask = torch.tensor([[True, False], [True, True]])
+    s = StepStats(*step_stats(dataclasses.replace(out, scored=mask, counted=mask)).tolist())
     assert (s.reward_std, s.reward_mean, s.reward_min, s.reward_max) == (0.0, 1.0, 1.0, 1.0)
 
 
@@ -71,10 +70,9 @@ def _trainer(step, loggers=()):
     return SimpleNamespace(global_step=step, strategy=FakeStrategy(), loggers=list(loggers), is_global_zero=True)
 
 
-def _flat_outputs():
-    return {"rewards": torch.ones(2, 4), "lengths": torch.full((8,), 5.0), "kl_mean": torch.tensor(0.0),
-            "loss_tokens": torch.tensor(40.0), "nonfinite": torch.tensor(0.0), "temperatures": torch.full((8,), 1.0),
-            "scored": torch.ones(2, 4, dtype=torch.bool), "counted": torch.ones(2, 4, dtype=torch.bool)}
+def _flat_outputs(**over):
+    return {"report": make_report(torch.ones(2, 4), lengths=torch.full((8,), 5.0), loss_tokens=torch.tensor(40.0),
+                                  **over)}
 
 
 def test_callback_fires_once_per_window_counts_and_fails_on_request():
@@ -90,7 +88,7 @@ def test_callback_fires_once_per_window_counts_and_fails_on_request():
             stopper.on_train_batch_end(_trainer(step), None, _flat_outputs(), None, 0)
     nonfinite = Alerts(window=5, fail_on=["non_finite_loss"])  # does not wait for a full window
     with pytest.raises(AlertFailure, match="non_finite_loss"):
-        nonfinite.on_train_batch_end(_trainer(1), None, {**_flat_outputs(), "nonfinite": torch.tensor(1.0)}, None, 0)
+        nonfinite.on_train_batch_end(_trainer(1), None, _flat_outputs(nonfinite=torch.tensor(1.0)), None, 0)
 
 
 def test_bad_alert_config_names_the_key():

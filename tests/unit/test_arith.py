@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from grpo_aug.arith import NotArithmetic, evaluate, matches
+from grpo_aug.mathtext import NotArithmetic, evaluate, matches
 
 
 @pytest.mark.parametrize(

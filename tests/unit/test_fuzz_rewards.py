@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from grpo_aug.arith import NotArithmetic, evaluate, matches, to_fraction
 from grpo_aug.data.records import Prompt
+from grpo_aug.mathtext import NotArithmetic, evaluate, matches, to_fraction
 from grpo_aug.rewards import RewardFunction, RewardSet, SoftMathReward, fuzz
 
 BUDGET_S = 0.05  # per call, for any completion up to 32k characters

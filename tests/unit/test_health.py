@@ -7,25 +7,11 @@ import torch
 
 from grpo_aug.callbacks import SampleHealth, health_values
 from grpo_aug.callbacks.health import length_stats, samples_markdown
-from helpers import Recorder
-
-
-def _outputs(rewards, temps, **over):
-    r = torch.tensor(rewards)
-    out = {"rewards": r, "lengths": torch.full((r.numel(),), 4), "loss_tokens": torch.tensor(8.0),
-           "kl_mean": torch.tensor(0.0), "kl_max": torch.tensor(0.0), "entropy_mean": torch.tensor(1.0),
-           "distinct": torch.ones_like(r, dtype=torch.bool), "valid": torch.ones_like(r, dtype=torch.bool),
-           "scored": torch.ones_like(r, dtype=torch.bool), "counted": torch.ones_like(r, dtype=torch.bool),
-           "temperatures": torch.tensor(temps), "truncated": torch.zeros(r.numel(), dtype=torch.bool),
-           "advantages": torch.zeros(r.numel()), "clip_frac": torch.tensor(0.0), "clip_frac_low": torch.tensor(0.0),
-           "clip_frac_high": torch.tensor(0.0), "refill_rounds": torch.tensor(0.0),
-           "refill_exhausted": torch.tensor(0.0), "samples": []}
-    out.update(over)
-    return out
+from helpers import Recorder, make_report
 
 
 def test_health_values_by_hand():
-    outputs = _outputs(
+    outputs = make_report(
         [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 5.0, 0.0, 5.0]],
         [0.7, 1.5] * 6,
         lengths=torch.tensor([4, 6, 2, 8, 5, 5, 5, 5, 1, 1, 1, 1]),
@@ -76,7 +62,8 @@ def test_callback_logs_weighted_means_per_interval_buckets_and_vanished_rungs():
              ([[1.0, 0.0]], [0.7, 1.0], hard, 0.2), ([[0.0, 0.0]], [0.7, 1.0], hard, 0.3)]
     for step, (rewards, temps, batch, kl_max) in enumerate(steps, start=1):
         trainer = SimpleNamespace(global_step=step, loggers=[rec], is_global_zero=True)
-        cb.on_train_batch_end(trainer, module, _outputs(rewards, temps, kl_max=torch.tensor(kl_max)), batch, 0)
+        report = make_report(rewards, temps, kl_max=torch.tensor(kl_max), bucket=batch[0].bucket)
+        cb.on_train_batch_end(trainer, module, {"report": report}, batch, 0)
     (s2, first), (s4, second) = rec.logged
     # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
     assert (s2, first["health/reward_mean"]) == (2, 0.5)
@@ -101,7 +88,7 @@ def test_samples_markdown_escapes_cells():
 def test_unscorable_rows_are_not_zero_rewards_and_flat_means_counted_rows():
     # group 1: rows 3-4 unscorable (stored as 0); counted 1.0, 0.0 -> std sqrt(0.5)
     # group 2: counted 0.3 x 3 and one near-copy (not counted) of reward 0.8: flat, std 0
-    outputs = _outputs([[1.0, 0.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.8]], [1.0] * 8,
+    outputs = make_report([[1.0, 0.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.8]], [1.0] * 8,
                        scored=torch.tensor([[True, True, False, False], [True] * 4]),
                        counted=torch.tensor([[True, True, False, False], [True, True, True, False]]))
     v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
@@ -116,10 +103,10 @@ def test_window_without_loss_tokens_writes_no_token_weighted_point():
     module = SimpleNamespace(device=torch.device("cpu"))
     trainer = SimpleNamespace(global_step=1, loggers=[rec], is_global_zero=True)
     # every group filtered out: no loss token, no advantage; the loss stats are 0/0 placeholders
-    outputs = _outputs([[1.0, 1.0]], [1.0, 1.0], loss_tokens=torch.tensor(0.0), kl_mean=torch.tensor(float("nan")),
+    outputs = make_report([[1.0, 1.0]], [1.0, 1.0], loss_tokens=torch.tensor(0.0), kl_mean=torch.tensor(float("nan")),
                        entropy_mean=torch.tensor(float("nan")), clip_frac=torch.tensor(float("nan")),
                        advantages=torch.zeros(0))
-    cb.on_train_batch_end(trainer, module, outputs, [SimpleNamespace(bucket="easy")], 0)
+    cb.on_train_batch_end(trainer, module, {"report": outputs}, [SimpleNamespace(bucket="easy")], 0)
     (_, logged), = rec.logged
     for name in ("kl_mean", "kl_max", "entropy_mean", "clip_frac", "clip_frac_low", "adv_abs_mean"):
         assert f"health/{name}" not in logged, name

@@ -104,3 +104,15 @@ def test_attention_groups_only_when_they_save_enough():
     similar = torch.tensor([9, 10, 9, 10, 9, 10, 9, 10])
     assert [g.tolist() for g in lean_forward.attention_groups(similar, 4, 4)] == [list(range(8))]
     assert [g.tolist() for g in lean_forward.attention_groups(lengths, 4, 1)] == [list(range(8))]
+
+
+def test_lean_imports_nothing_from_rollout_data_or_rewards():
+    """lean/ is used by both rollout and scoring; it must not pull either side in (a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, grpo_aug.lean.decode, grpo_aug.lean.forward; "
+            "print(sorted(m for m in sys.modules if m.startswith(('grpo_aug.rollout', 'grpo_aug.data', "
+            "'grpo_aug.rewards'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -96,7 +96,7 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
     ref_before = [p.detach().clone() for p in m.reference.parameters()]
     (out,) = fit_batches(m, [EASY[:3]])
     assert torch.isfinite(out["updates"]["loss"]).all()
-    assert out["rewards"].shape == (3, 4) and out["lengths"].shape == (12,)
+    assert out["report"].rewards.shape == (3, 4) and out["report"].lengths.shape == (12,)
     assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
     assert all(torch.equal(b, p) for b, p in zip(ref_before, m.reference.parameters(), strict=True))
     assert all(p.grad is None for p in m.reference.parameters())
@@ -105,11 +105,11 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
 def test_refill_stops_at_max_rounds_and_flags_exhaustion(tiny_model_dir):
     pool = Pool()
     m = _module(tiny_model_dir, reward=ById([]), group_filter=GroupFilter(True, True, max_rounds=2), pool=pool)
-    out = m.prepare(EASY[:3]).outputs
+    step = m.prepare(EASY[:3])
     assert [(b, n) for b, n, _ in pool.calls] == [("easy", 3), ("easy", 3)]  # every group stayed flat
-    assert out["refill_rounds"].item() == 2 and out["refill_exhausted"].item() == 1
-    assert out["rewards"].shape == (9, 4)  # all sampled groups are reported
-    assert not out["valid"].any() and out["loss_tokens"].item() == 0
+    assert step.sampled.rounds == 3 and step.refill_exhausted
+    assert step.sampled.rewards.shape == (9, 4)  # all sampled groups are reported
+    assert not step.valid.any() and step.mask.sum().item() == 0
 
 
 def test_refill_collects_informative_groups_from_fresh_prompts(tiny_model_dir):
@@ -119,19 +119,19 @@ def test_refill_collects_informative_groups_from_fresh_prompts(tiny_model_dir):
     # one batch prompt and the first two fresh ones are informative: one refill round suffices
     reward = ById([batch[0].id, fresh[0].id, fresh[1].id])
     m = _module(tiny_model_dir, reward=reward, group_filter=GroupFilter(True, True, max_rounds=3), pool=pool)
-    out = m.prepare(batch).outputs
+    step = m.prepare(batch)
     assert [(n, r) for _, n, r in pool.calls] == [(2, 1)]
-    assert out["refill_rounds"].item() == 1 and out["refill_exhausted"].item() == 0
-    assert out["valid"].any(dim=1).tolist() == [True, False, False, True, True]
-    assert out["loss_tokens"].item() > 0
+    assert step.sampled.rounds == 2 and not step.refill_exhausted
+    assert step.valid.any(dim=1).tolist() == [True, False, False, True, True]
+    assert step.mask.sum().item() > 0
 
 
 def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_model_dir):
     batch = EASY[:3]
     m = _module(tiny_model_dir, reward=ById([batch[1].id]), group_filter=GroupFilter(zero_std=True))
-    out = m.prepare(batch).outputs
-    assert out["valid"].any(dim=1).tolist() == [False, True, False]
-    assert out["refill_rounds"].item() == 0 and out["refill_exhausted"].item() == 0
+    step = m.prepare(batch)
+    assert step.valid.any(dim=1).tolist() == [False, True, False]
+    assert step.sampled.rounds == 1 and not step.refill_exhausted
 
 
 def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):
@@ -159,9 +159,9 @@ def test_fast_path_has_no_old_logprob_forward_and_equals_the_straightforward_los
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:3]]))
     step = m.prepare(EASY[:3])
     assert step.old_logps is None
-    logps = m._logprobs(m.policy, step.rollout)
+    logps = m.scorer.logprobs(m.policy, step.rollout)
     with torch.no_grad():
-        old = m._logprobs(m.policy, step.rollout)  # what a separate old-policy forward would give
+        old = m.scorer.logprobs(m.policy, step.rollout)  # what a separate old-policy forward would give
     fast, _ = policy_loss(logps, step.ref_logps, logps.detach(), step.advantages, step.mask)
     plain, _ = policy_loss(logps, step.ref_logps, old, step.advantages, step.mask)
     assert fast.item() == pytest.approx(plain.item(), abs=1e-7)
@@ -186,7 +186,7 @@ class NoneFor:
 def test_unscorable_rows_leave_loss_and_statistics(tiny_model_dir):
     m = _module(tiny_model_dir, reward=NoneFor({1, 6}))
     step = m.prepare(EASY[:2])
-    valid = step.outputs["valid"]
+    valid = step.valid
     assert valid.tolist() == [[True, False, True, True], [True, True, False, True]]
     assert (step.mask.view(2, 4, -1)[~valid] == 0).all()
     assert (step.advantages.view(2, 4)[~valid] == 0).all()
@@ -203,7 +203,7 @@ def test_truncation_and_template_masks_remove_tokens(tiny_model_dir):
     assert truncated.any()  # 6 new tokens: the untrained model rarely ends in time
     assert (step.mask[truncated] == 0).all()
     assert torch.equal(step.mask[~truncated], cm[~truncated].float())
-    assert step.outputs["loss_tokens"].item() == cm[~truncated].sum().item()
+    assert step.mask.sum().item() == cm[~truncated].sum().item()
 
     m = _module(tiny_model_dir, algo=AlgoSettings(template_patterns=(r"\d",)))
     step = m.prepare(EASY[:2])
@@ -229,7 +229,7 @@ def test_beta_schedule_state_is_checkpointed(tiny_model_dir):
 def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
     import functools
 
-    from grpo_aug.rollout.merge import length_chunks
+    from grpo_aug.algo.chunks import length_chunks
 
     torch.manual_seed(0)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:4]]), algo=AlgoSettings(length_chunks=3))
@@ -244,7 +244,7 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
         m.policy.zero_grad()
         total = 0.0
         for chunk in chunks:
-            loss, _ = m._chunk_loss(step, rows[chunk], 0.04, aggregate, entropy=False)
+            loss, _ = m.chunk_loss(step, rows[chunk], 0.04, aggregate)
             loss.backward()
             total += loss.item()
         return total, [p.grad.clone() for p in m.policy.parameters()]
@@ -255,20 +255,21 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_chunked, strict=True))
     # the reference log-probs from trimmed chunks are the unchunked ones wherever a token exists
     with torch.no_grad():
-        plain = m._logprobs(m.reference, step.rollout)
-        chunked_ref = m._chunked_logprobs(m.reference, step.rollout, length_chunks(lengths, 3))
+        plain = m.scorer.logprobs(m.reference, step.rollout)
+        chunked_ref = m.scorer.logprobs(m.reference, step.rollout, length_chunks(lengths, 3))
     on = step.rollout.completion_mask.bool()
     assert torch.allclose(plain[on], chunked_ref[on], atol=1e-5)
 
 
 def test_packed_models_score_in_one_chunk_others_in_length_chunks(tiny_model_dir, monkeypatch):
-    import grpo_aug.models.module as module_lib
+    import grpo_aug.algo.scoring as scoring_lib
 
     m = _module(tiny_model_dir, algo=AlgoSettings(length_chunks=4))
     lengths = torch.tensor([30, 1, 1, 1, 2, 2, 1, 1])  # one long row: chunks would save most of the block
-    assert [c.tolist() for c in m._chunks(lengths, 5)] == [list(range(8))]  # packed: attention groups instead
-    monkeypatch.setattr(module_lib, "packable", lambda model: False)
-    assert len(m._chunks(lengths, 5)) == 4
+    # packed: attention groups instead
+    assert [c.tolist() for c in m.scorer.chunks(m.policy, lengths, 5)] == [list(range(8))]
+    monkeypatch.setattr(scoring_lib, "packable", lambda model: False)
+    assert len(m.scorer.chunks(m.policy, lengths, 5)) == 4
 
 
 class Snapshot(L.Callback):
@@ -298,7 +299,7 @@ def _same(a, b):
 def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
     m = _module(tiny_model_dir)
     calls = {"n": 0}
-    chunk_loss = m._chunk_loss
+    chunk_loss = m.chunk_loss
 
     def poisoned(*args, **kwargs):
         calls["n"] += 1
@@ -311,26 +312,26 @@ def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
             handle = weight.register_hook(lambda g: (handle.remove(), g * float("inf"))[1])
         return loss, stats
 
-    m._chunk_loss = poisoned
+    m.chunk_loss = poisoned
     snap = Snapshot()
     outs = fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
     (w1, o1, s1, g1), (w2, o2, s2, g2), (w3, o3, _, _) = snap.states
     assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2)  # bit-identical after the skipped update
     assert (g1, g2) == (1, 2)  # the skipped update still counts as a step
     assert not _same(w2, w3) and not _same(o2, o3)  # the next finite update trains as usual
-    assert [float(o["nonfinite"]) for o in outs] == [0.0, 1.0, 0.0]
+    assert [float(o["report"].nonfinite) for o in outs] == [0.0, 1.0, 0.0]
     assert m.skipped_total == 1 and m.consecutive_skipped == 0
 
 
 def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir):
     m = _module(tiny_model_dir, algo=AlgoSettings(max_consecutive_nonfinite=2))
-    chunk_loss = m._chunk_loss
+    chunk_loss = m.chunk_loss
 
     def poisoned(*args, **kwargs):
         loss, stats = chunk_loss(*args, **kwargs)
         return loss * float("nan"), stats
 
-    m._chunk_loss = poisoned
+    m.chunk_loss = poisoned
     snap = Snapshot()
     with pytest.raises(NonFiniteTraining, match=r"2 updates in a row .*\(algo.max_consecutive_nonfinite=2\)"):
         fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
@@ -345,6 +346,6 @@ def test_an_update_with_no_loss_token_changes_nothing(tiny_model_dir):
     snap = Snapshot()
     outs = fit_batches(m, [EASY[:3], EASY[3:6]], callbacks=[snap])
     (w1, o1, s1, g1), (w2, o2, s2, g2) = snap.states
-    assert float(outs[0]["loss_tokens"]) > 0 and float(outs[1]["loss_tokens"]) == 0
+    assert float(outs[0]["report"].loss_tokens) > 0 and float(outs[1]["report"].loss_tokens) == 0
     assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2) and (g1, g2) == (1, 2)
     assert m.skipped_total == 0  # not a non-finite skip

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpo_aug.algo import token_logprobs
+from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout import generate, sample_next_token
 from grpo_aug.rollout.settings import RolloutSettings
@@ -133,7 +133,7 @@ def test_near_zero_temperature_rows_decode_greedily(tiny_model_dir):
 
 
 def test_chunk_saving_by_hand():
-    from grpo_aug.rollout.merge import chunk_saving, length_chunks
+    from grpo_aug.algo.chunks import chunk_saving, length_chunks
 
     lengths = torch.tensor([1, 8, 2, 8])
     assert [c.tolist() for c in length_chunks(lengths, 2)] == [[0, 2], [1, 3]]

@@ -1,8 +1,10 @@
-"""Pure tensor functions of the GRPO update: advantages, KL estimators, the clipped loss."""
+"""Pure tensor functions of the GRPO update: advantages, KL estimators, the clipped loss.
+
+Token log-probs live in `grpo_aug.algo.logprobs` (not re-exported: it runs models through
+`grpo_aug.lean`, which itself uses `grpo_aug.algo.chunks`)."""
 
 from grpo_aug.algo.advantages import group_advantages
 from grpo_aug.algo.kl import k3_kl
-from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.algo.loss import LOG_RATIO_BOUND, grpo_loss, grpo_loss_with_stats, policy_loss
 
 __all__ = [
@@ -12,5 +14,4 @@ __all__ = [
     "grpo_loss_with_stats",
     "k3_kl",
     "policy_loss",
-    "token_logprobs",
 ]

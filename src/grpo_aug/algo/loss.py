@@ -95,3 +95,24 @@ def grpo_loss(
 ) -> torch.Tensor:
     """The seed's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
     return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
+
+
+STAT_MAX = ("kl_max", "ratio_max")
+
+
+def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
+    """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
+    stat (entropy is measured on some updates only), maxima for the *_max entries."""
+    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "entropy")
+    merged = {}
+    for name in names:
+        reporting = [p for p in parts if name in p]
+        if not reporting:
+            merged[name] = torch.zeros((), device=device)
+        elif name in STAT_MAX:
+            merged[name] = torch.stack([p[name] for p in reporting]).max()
+        else:
+            tokens = torch.stack([p["tokens"] for p in reporting]).float()
+            values = torch.stack([p[name] for p in reporting])
+            merged[name] = (values * tokens).sum() / tokens.sum().clamp(min=1)
+    return merged

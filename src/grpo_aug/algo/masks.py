@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -64,3 +64,29 @@ def repetition_mask(ids: Sequence[int], ngram: int, max_repeats: int) -> list[in
         if counts[gram] > max_repeats:
             keep[i : i + ngram] = [0] * ngram
     return keep
+
+
+def loss_mask(completion_ids: torch.Tensor, completion_mask: torch.Tensor, truncated: torch.Tensor,
+              valid: torch.Tensor, mask_truncated: bool = False, template_patterns: Sequence[re.Pattern] = (),
+              repeat_ngram: int = 0, repeat_max: int = 3,
+              piece: Callable[[int], str] | None = None) -> torch.Tensor:
+    """[N, T] float mask of the completion tokens that carry loss.
+
+    completion_ids, completion_mask: [N, T] (padding already 0); truncated: [N]; valid: [N] rows
+    that count (near-copies, unscorable, filtered and left-out rows carry no loss). The template
+    and repetition masks look at each row's tokens (`piece(id)` is a token's text alone) and
+    run per row; truncation and row validity are whole-tensor operations.
+    """
+    mask = completion_mask.float()  # [N, T]
+    if mask_truncated:
+        mask = truncation_mask(mask, truncated)
+    if template_patterns or repeat_ngram:
+        for i, ids in enumerate(completion_ids.tolist()):
+            n = int(completion_mask[i].sum())
+            keep = torch.ones(n, dtype=mask.dtype)
+            if template_patterns:
+                keep *= torch.tensor(template_mask([piece(t) for t in ids[:n]], template_patterns), dtype=mask.dtype)
+            if repeat_ngram:
+                keep *= torch.tensor(repetition_mask(ids[:n], repeat_ngram, repeat_max), dtype=mask.dtype)
+            mask[i, :n] *= keep.to(mask.device)
+    return mask * valid.reshape(-1, 1).to(mask.dtype)  # [N, T]

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, mean_std, polarisation
+from grpo_aug.report import StepReport
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,18 @@ class StepStats(NamedTuple):
     max_temperature: float
 
 
-def step_stats(outputs) -> torch.Tensor:
+def step_stats(report: StepReport) -> torch.Tensor:
     """The step's StepStats as one tensor (to be averaged over ranks in a single reduce).
 
     The std is `group_stats`' (the rows that count, as the advantages see them); mean, min and
     max are over scored rows only (0 when no row was scored)."""
-    rewards, scored = outputs["rewards"], outputs["scored"]  # [N, G]
-    lengths = outputs["lengths"].float()  # [N*G]
+    rewards, scored = report.rewards, report.scored  # [N, G]
+    lengths = report.lengths.float()  # [N*G]
     p10, _, p90 = length_quantiles(lengths)
     seen = rewards[scored].double() if bool(scored.any()) else torch.zeros(1, dtype=torch.float64)
-    values = [mean_std(group_stats(rewards, outputs["counted"])), counted_mean(rewards, scored), seen.min(), seen.max(),
-              outputs["kl_mean"], outputs["loss_tokens"] / lengths.sum().clamp(min=1), polarisation(p10, p90),
-              outputs["nonfinite"], outputs["temperatures"].max()]
+    values = [mean_std(group_stats(rewards, report.counted)), counted_mean(rewards, scored), seen.min(), seen.max(),
+              report.kl_mean, report.loss_tokens / lengths.sum().clamp(min=1), polarisation(p10, p90),
+              report.nonfinite, report.temperatures.max()]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -143,7 +144,8 @@ class Alerts(L.Callback):
         self.seen = 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        stats = trainer.strategy.reduce(step_stats(outputs), reduce_op="mean")
+        report: StepReport = outputs["report"]
+        stats = trainer.strategy.reduce(step_stats(report), reduce_op="mean")
         self.history.append(StepStats(*stats.tolist()))
         self.seen += 1
         full = len(self.history) == self.window

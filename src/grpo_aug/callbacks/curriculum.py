@@ -10,20 +10,22 @@ import lightning as L
 
 from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.data.records import BUCKETS
+from grpo_aug.report import StepReport
 
 
 class CurriculumMonitor(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        report: StepReport = outputs["report"]
         datamodule = trainer.datamodule
         if datamodule is None:
             return
         step = trainer.global_step // pl_module.algo.updates_per_rollout - 1  # the sampler step just trained
         weights = datamodule.schedule.weights(step, datamodule.total_steps)
         # averaged over ranks: an adaptive schedule must move the same way everywhere
-        reward = trainer.strategy.reduce(counted_mean(outputs["rewards"], outputs["scored"]).float(), reduce_op="mean")
+        reward = trainer.strategy.reduce(counted_mean(report.rewards, report.scored).float(), reduce_op="mean")
         datamodule.schedule.observe(step, float(reward))
         values = {f"curriculum/weight/{b}": w for b, w in weights.items()}
-        values["curriculum/bucket"] = float(BUCKETS.index(batch[0].bucket))
+        values["curriculum/bucket"] = float(BUCKETS.index(report.bucket))
         for logger in trainer.loggers:
             logger.log_metrics(values, step=trainer.global_step)
 

@@ -39,23 +39,24 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
+from grpo_aug.report import StepReport
 from grpo_aug.resume import gather_per_rank, own_entry
 
 
-def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:
-    """(value, weight) per mean metric for one step's training_step outputs.
+def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:
+    """(value, weight) per mean metric for one step's report.
 
     Rewards are averaged over scored rows, group statistics over the rows that count in their
     group (`group_stats`): the same rows and the same std as the advantages. A weight of 0 (no
     scored row, no group with a std, no loss token) means the step adds nothing to that metric.
     """
-    rewards = outputs["rewards"]  # [N, G]
-    scored = outputs["scored"]  # [N, G]
-    lengths = outputs["lengths"].float()  # [N*G]
+    rewards = report.rewards  # [N, G]
+    scored = report.scored  # [N, G]
+    lengths = report.lengths.float()  # [N*G]
     generated = lengths.sum()
     one = torch.ones((), device=rewards.device)
     rows = one * rewards.numel()
-    stats = group_stats(rewards, outputs["counted"])
+    stats = group_stats(rewards, report.counted)
     has = stats.has_std  # [N]
     with_std = one * has.sum()
     stds = stats.std[has]  # [n]
@@ -64,8 +65,8 @@ def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0)
         return flags.float().mean() if flags.numel() else 0 * one
 
     zero_std = share(~stats.informative[has])
-    advantages = outputs["advantages"].float()
-    loss_tokens = outputs["loss_tokens"].float()
+    advantages = report.advantages.float()
+    loss_tokens = report.loss_tokens.float()
     values = {
         "health/reward_mean": (counted_mean(rewards, scored), one * scored.sum()),
         "health/reward_std": (stds.mean() if stds.numel() else 0 * one, with_std),
@@ -73,20 +74,20 @@ def health_values(outputs: Mapping, low_std: float = 0.3, high_std: float = 2.0)
         "health/group_std_high_frac": (share(stds > high_std), with_std),
         "health/zero_std_frac": (zero_std, with_std),
         "health/effective_token_ratio": (loss_tokens / generated.clamp(min=1), generated),
-        "health/kl_mean": (outputs["kl_mean"], loss_tokens),
-        "health/entropy_mean": (outputs["entropy_mean"], loss_tokens),
+        "health/kl_mean": (report.kl_mean, loss_tokens),
+        "health/entropy_mean": (report.entropy_mean, loss_tokens),
         "health/adv_abs_mean": (advantages.abs().mean() if advantages.numel() else 0 * one, one * advantages.numel()),
-        "health/truncation_rate": (outputs["truncated"].float().mean(), rows),
+        "health/truncation_rate": (report.truncated.float().mean(), rows),
         "health/completion_length_mean": (lengths.mean(), rows),
-        "rollout/unique_ratio": (outputs["distinct"].float().mean(), rows),
-        "rollout/groups_dropped_frac": ((~outputs["valid"].any(dim=1)).float().mean(), one * rewards.shape[0]),
+        "rollout/unique_ratio": (report.distinct.float().mean(), rows),
+        "rollout/groups_dropped_frac": ((~report.valid.any(dim=1)).float().mean(), one * rewards.shape[0]),
         "rollout/zero_std_frac": (zero_std, with_std),
     }
     for name in ("clip_frac", "clip_frac_low", "clip_frac_high"):
-        values[f"health/{name}"] = (outputs[name], loss_tokens)
+        values[f"health/{name}"] = (getattr(report, name), loss_tokens)
     for name in ("refill_rounds", "refill_exhausted"):
-        values[f"rollout/{name}"] = (outputs[name], one)
-    temperatures = outputs["temperatures"].reshape(rewards.shape)  # [N, G]
+        values[f"rollout/{name}"] = (getattr(report, name), one)
+    temperatures = report.temperatures.reshape(rewards.shape)  # [N, G]
     for t in temperatures[0].unique().tolist():  # every group uses the same ladder
         rung = (temperatures == t) & scored
         values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), one * rung.sum())
@@ -216,15 +217,16 @@ class SampleHealth(L.Callback):
                 self.distributions[name].update(values.to(device))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.overall.update(health_values(outputs, self.low_std, self.high_std), pl_module.device)
-        rewards, scored = outputs["rewards"], outputs["scored"]  # [N, G] one bucket per step
-        self.by_bucket.update({f"health/reward_mean/{batch[0].bucket}": (
+        report: StepReport = outputs["report"]
+        self.overall.update(health_values(report, self.low_std, self.high_std), pl_module.device)
+        rewards, scored = report.rewards, report.scored  # [N, G] one bucket per step
+        self.by_bucket.update({f"health/reward_mean/{report.bucket}": (
             counted_mean(rewards, scored).float(), scored.sum().float())}, pl_module.device)
-        self.kl_max.update(outputs["kl_max"].detach())
+        self.kl_max.update(report.kl_max.detach())
         self.distributions["rewards"].update(rewards.detach()[scored].float())
-        self.distributions["advantages"].update(outputs["advantages"].detach().float())
-        self.distributions["lengths"].update(outputs["lengths"].detach().float())
-        for row in outputs.get("samples", []):
+        self.distributions["advantages"].update(report.advantages.detach().float())
+        self.distributions["lengths"].update(report.lengths.detach().float())
+        for row in report.samples:
             self.samples.setdefault(row["bucket"], [])
             self.samples[row["bucket"]] = (self.samples[row["bucket"]] + [row])[-self.samples_per_bucket :]
 

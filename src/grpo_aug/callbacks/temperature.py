@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, mean_std
+from grpo_aug.report import StepReport
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,12 @@ class AdaptiveTemperature(L.Callback):
         self._apply(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        rewards = outputs["rewards"]  # [B, G]
+        report: StepReport = outputs["report"]
+        rewards = report.rewards  # [B, G]
         # the std the advantages see; averaged over ranks so that every rank takes the same
         # decision and keeps the same ladder
-        step = torch.stack([mean_std(group_stats(rewards, outputs["counted"])),
-                            counted_mean(rewards, outputs["scored"])]).float()
+        step = torch.stack([mean_std(group_stats(rewards, report.counted)),
+                            counted_mean(rewards, report.scored)]).float()
         stats = trainer.strategy.reduce(step, reduce_op="mean")
         change = self.observe(stats[0].item(), stats[1].item())
         if change is not None:

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.extract import normalize_number
+from grpo_aug.mathtext import normalize_number
 
 log = logging.getLogger(__name__)
 

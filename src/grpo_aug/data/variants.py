@@ -7,7 +7,7 @@ never reaches training in disguise. Each keeps its source's bucket and links to 
 
 NumericSubstitution: the question's numbers are replaced consistently (same number of digits,
 same decimals) and the reference solution's calculator chain `<<expr=result>>` is re-evaluated
-step by step with the bounded evaluator in `grpo_aug.arith`. A variant is kept only when every
+step by step with the bounded evaluator in `grpo_aug.mathtext`. A variant is kept only when every
 step evaluates cleanly: the original step checks out, no division by zero, and no negative,
 fractional or long-decimal result where the original had none. Numbers a solution may use for a
 word ("twice" = 2, "a dozen" = 12, 60 minutes) are never substituted, and neither is a number
@@ -25,11 +25,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
 
-from grpo_aug.arith import NotArithmetic, evaluate, matches
 from grpo_aug.data.records import Prompt
+from grpo_aug.mathtext import ANNOTATION, WRITTEN_NUMBER, NotArithmetic, evaluate, matches
 
-_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*(?:\.\d+)?")
-_ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>=]+)>>")
+_NUMBER = re.compile(r"(?<![\d.])" + WRITTEN_NUMBER)
 # values that often stand for a word in the question ("twice", "half", "a dozen", "per hour")
 WORD_VALUES = frozenset(Fraction(v) for v in (0, 1, 2, 3, 4, 7, 10, 12, 24, 30, 52, 60, 100, 365, 1000))
 MAX_DECIMALS = 2
@@ -101,7 +100,7 @@ class NumericSubstitution:
         return self._draw(record, rng)
 
     def _draw(self, record: Prompt, rng: random.Random) -> Prompt:
-        steps = _ANNOTATION.findall(record.solution)
+        steps = ANNOTATION.findall(record.solution)
         if not steps:
             raise VariantFailed("the solution has no calculator steps")
         used = {_value(n) for expr, _ in steps for n in _NUMBER.findall(expr)}
@@ -184,7 +183,7 @@ class Rephrase:
         if m is None:
             raise VariantFailed("not a synthetic 'What is ...?' question")
         expr = m.group(1)
-        steps = [re.match(r"\s*(\d+)\s*([-+*])\s*(\d+)\s*$", e) for e, _ in _ANNOTATION.findall(record.solution)]
+        steps = [re.match(r"\s*(\d+)\s*([-+*])\s*(\d+)\s*$", e) for e, _ in ANNOTATION.findall(record.solution)]
         if not steps or any(s is None for s in steps):
             raise VariantFailed("the solution is not a chain of binary steps")
         forms = [lambda: rng.choice(_ASKS).format(expr=expr), lambda: self._instructions(steps)]

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from grpo_aug.algo.chunks import length_chunks
 from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
-from grpo_aug.rollout.merge import length_chunks
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 

@@ -1,4 +1,10 @@
-"""The GRPO LightningModule: rollout, reward, group advantage and clipped loss in training_step."""
+"""The GRPO LightningModule: rollout, reward, group advantage and clipped loss in training_step.
+
+training_step reads as numbered steps; each calls a separately tested piece: GroupSampler
+(rollout/groups.py), loss_mask (algo/masks.py), group_advantages (algo/advantages.py), Scorer
+(algo/scoring.py), policy_loss (algo/loss.py). The module owns the update loop (chunked
+backwards, non-finite and empty updates skipped on every rank), logging and run state.
+"""
 
 from __future__ import annotations
 
@@ -12,76 +18,23 @@ import lightning as L
 import torch
 from torchmetrics.aggregation import SumMetric
 
-from grpo_aug.algo import group_advantages, policy_loss, token_logprobs
+from grpo_aug.algo import group_advantages, policy_loss
 from grpo_aug.algo.group_stats import counted_mean
-from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
+from grpo_aug.algo.loss import merge_stats
+from grpo_aug.algo.masks import loss_mask
+from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
-from grpo_aug.lean.forward import packable
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
+from grpo_aug.report import StepReport, text_samples
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate
-from grpo_aug.rollout.filter import informative_groups
-from grpo_aug.rollout.merge import chunk_saving, concat_rollouts, length_chunks, select_rows, trim
+from grpo_aug.rollout.groups import GroupSampler, PromptPool, SampledGroups
+from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
-
-
-class SampledGroups(NamedTuple):
-    prompts: list[Prompt]
-    rollout: Rollout  # [n*G] rows
-    rewards: torch.Tensor  # [n, G] total reward, overlong shaping included; 0 where unscorable
-    parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
-    errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
-    timeouts: dict[str, int]  # per reward function, calls past reward.timeout_s
-    distinct: torch.Tensor  # [n, G]
-    scored: torch.Tensor  # [n, G] every reward function returned a number
-    valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
-    informative: torch.Tensor  # [n] groups whose counted rewards differ
-
-
-def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
-    if len(rounds) == 1:
-        return rounds[0]
-    return SampledGroups(
-        prompts=[p for r in rounds for p in r.prompts],
-        rollout=concat_rollouts([r.rollout for r in rounds], pad_id),
-        rewards=torch.cat([r.rewards for r in rounds]),
-        parts={k: torch.cat([r.parts[k] for r in rounds]) for k in rounds[0].parts},
-        errors={k: sum(r.errors[k] for r in rounds) for k in rounds[0].errors},
-        timeouts={k: sum(r.timeouts[k] for r in rounds) for k in rounds[0].timeouts},
-        distinct=torch.cat([r.distinct for r in rounds]),
-        scored=torch.cat([r.scored for r in rounds]),
-        valid=torch.cat([r.valid for r in rounds]),
-        informative=torch.cat([r.informative for r in rounds]),
-    )
-
-
-# Share of the scored block that length-sorted chunks must save before rows are split into them:
-# below it, the extra forward calls cost more than the padding they avoid.
-CHUNK_WHEN_SAVING_ABOVE = 0.3
-
-STAT_MAX = ("kl_max", "ratio_max")
-
-
-def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
-    """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
-    stat (entropy is measured on some updates only), maxima for the *_max entries."""
-    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "entropy")
-    merged = {}
-    for name in names:
-        reporting = [p for p in parts if name in p]
-        if not reporting:
-            merged[name] = torch.zeros((), device=device)
-        elif name in STAT_MAX:
-            merged[name] = torch.stack([p[name] for p in reporting]).max()
-        else:
-            tokens = torch.stack([p["tokens"] for p in reporting]).float()
-            values = torch.stack([p[name] for p in reporting])
-            merged[name] = (values * tokens).sum() / tokens.sum().clamp(min=1)
-    return merged
 
 
 def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
@@ -93,13 +46,15 @@ def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
 
 
 class PreparedStep(NamedTuple):
-    sampled: SampledGroups  # everything that was rolled out this step
-    rollout: Rollout  # [B*G] rows of the groups that enter the update
+    sampled: SampledGroups  # [N] groups: everything that was rolled out this step, refills included
+    groups: torch.Tensor  # [B] the groups that enter the update (all N unless the zero-std filter is on)
+    valid: torch.Tensor  # [N, G] counted rows of the groups in the update
+    rollout: Rollout  # [B*G] rows of the groups in the update
     mask: torch.Tensor  # [B*G, T] tokens that carry loss
     advantages: torch.Tensor  # [B*G]
     ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
     old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
-    outputs: dict[str, torch.Tensor]  # plain tensors for the callbacks
+    refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
 
 
 class NonFiniteTraining(RuntimeError):
@@ -117,7 +72,7 @@ class GRPOModule(L.LightningModule):
         dtype: str = "float32",
         eval_max_new_tokens: int | None = None,
         lr_warmup_steps: int = 0,
-        prompt_pool: Callable[[str, int, int, int, set[str]], list[Prompt]] | None = None,
+        prompt_pool: PromptPool | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -134,8 +89,9 @@ class GRPOModule(L.LightningModule):
         self.lr_warmup_steps = lr_warmup_steps
         if rollout.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
-        self.prompt_pool = prompt_pool  # (bucket, n, step, round, used ids) -> fresh prompts
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
+        self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool)
+        self.scorer = Scorer(algo.length_chunks, self._rank_mean)
         self.seed = seed
         # the rollout's own random stream: checkpointed, and untouched by anything else that draws
         # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
@@ -218,19 +174,18 @@ class GRPOModule(L.LightningModule):
             self._restored = state
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
-    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict[str, torch.Tensor]:
+    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict:
         a = self.algo
         # 1-5. rollout, filters, masks, advantages, reference (and old) log-probs
         step = self.prepare(batch)
 
         # 6. the clipped-loss updates over minibatches of whole groups
         beta = a.beta(self.global_step)
-        parts = torch.tensor_split(torch.arange(step.advantages.numel() // self.rollout_settings.group_size),
-                                   a.minibatches)
+        parts = torch.tensor_split(torch.arange(len(step.groups)), a.minibatches)
         stats = [self._update(step, beta, part, entropy=(i == 0 and j == 0))
                  for i in range(a.num_iterations) for j, part in enumerate(parts)]
 
-        # 7. logs, the beta schedule's view of the KL, plain tensors for the callbacks
+        # 7. logs, the beta schedule's view of the KL, the report for the callbacks
         updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
         kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
         a.beta.observe(self.global_step, kl_mean.item())
@@ -242,45 +197,25 @@ class GRPOModule(L.LightningModule):
                 f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
                 f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
                 "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
-        return {
-            **step.outputs,
-            "kl_mean": kl_mean,
-            "kl_max": updates["kl_max"].max(),
-            "entropy_mean": updates["entropy"][0],
-            "clip_frac": updates["clip_frac"].mean(),
-            "clip_frac_low": updates["clip_frac_low"].mean(),
-            "clip_frac_high": updates["clip_frac_high"].mean(),
-            "nonfinite": updates["skipped"].sum(),  # updates skipped on every rank this step
-            "updates": updates,
-        }
+        return {"report": self._report(step, updates, kl_mean), "updates": updates}
 
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
 
-        # 1. sample: one batched rollout of B x G rows, rewards, near-copy marks
-        rounds = [self.sample_round(batch)]
-
-        # 2. optionally leave out groups with no reward spread, refilling from the same bucket
-        informative = rounds[0].informative  # [B]
-        while s.filter.refill and int(informative.sum()) < len(batch) and len(rounds) <= s.filter.max_rounds:
-            used = {p.id for r in rounds for p in r.prompts}
-            extra = self.prompt_pool(batch[0].bucket, len(batch) - int(informative.sum()), self.global_step,
-                                     len(rounds), used)
-            if not extra:
-                break
-            rounds.append(self.sample_round(extra))
-            informative = torch.cat([r.informative for r in rounds])
-        sampled = merge_rounds(rounds, self.tokenizer.pad_token_id)
+        # 1. sample B x G rows in one batched rollout, score and dedup them; 2. with the zero-std
+        # filter, refill rounds of fresh prompts of the bucket while too few groups have spread
+        sampled = self.sampler.sample(self.policy, batch, s, self.global_step, self.generator)
         keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
-        groups = keep.nonzero().squeeze(1)  # the groups that enter the update
-        B = len(groups)
+        groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
         rows = (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)  # [B*G]
-        ro = sampled.rollout if B == len(keep) else select_rows(sampled.rollout, rows)
+        ro = sampled.rollout if len(groups) == len(keep) else select_rows(sampled.rollout, rows)
 
         # 3. which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
-        mask = self._loss_mask(ro, valid[groups])  # [B*G, T]
+        mask = loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated, valid[groups],
+                         a.mask_truncated, a.compiled_templates, a.repeat_ngram, a.repeat_max,
+                         self._piece)  # [B*G, T]
 
         # 4. advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.reward.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
@@ -288,29 +223,15 @@ class GRPOModule(L.LightningModule):
                                       scale_by_std=a.scale_by_std).reshape(-1)  # [B*G]
 
         # 5. reference log-probs, and the rollout policy's when it changes before the last update
-        chunks = self._chunks(ro.completion_mask.sum(dim=1), ro.prompt_len)
-        with torch.no_grad():
-            ref_logps = self._chunked_logprobs(self.reference, ro, chunks) if B > 0 else None  # [B*G, T]
-            old_logps = self._chunked_logprobs(self.policy, ro, chunks) if B > 0 and a.updates_per_rollout > 1 else None
-
-        outputs = {
-            "rewards": sampled.rewards,  # [N, G] all sampled groups, refills included
-            "distinct": sampled.distinct,  # [N, G] not a near-copy of an earlier row
-            "scored": sampled.scored,  # [N, G] every reward function returned a number
-            "counted": sampled.valid,  # [N, G] count in their group's statistics (before the zero-std filter)
-            "valid": valid,  # [N, G] counted in the loss: counted rows of the groups in the update
-            "temperatures": sampled.rollout.temperatures,  # [N*G] each row's sampling temperature
-            "lengths": sampled.rollout.completion_mask.sum(dim=1),  # [N*G] generated tokens, EOS included
-            "loss_tokens": mask.sum(),  # tokens that carry loss after every mask
-            "generated_tokens": ro.completion_mask.sum(),  # of the rows that entered the update
-            "truncated": sampled.rollout.truncated,  # [N*G] no EOS within max_new_tokens
-            "advantages": advantages[valid[groups].reshape(-1)],  # [n] of the rows counted in the update
-            "samples": self._samples(sampled, groups, advantages),
-            "refill_rounds": torch.tensor(float(len(rounds) - 1), device=self.device),
-            "refill_exhausted": torch.tensor(float(s.filter.refill and int(informative.sum()) < len(batch)),
-                                             device=self.device),
-        }
-        return PreparedStep(sampled, ro, mask, advantages, ref_logps, old_logps, outputs)
+        ref_logps = old_logps = None
+        if len(groups) > 0:
+            chunks = self.scorer.chunks(self.policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
+            with torch.no_grad():
+                ref_logps = self.scorer.logprobs(self.reference, ro, chunks)  # [B*G, T]
+                if a.updates_per_rollout > 1:
+                    old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
+        exhausted = s.filter.refill and int(sampled.informative.sum()) < len(batch)
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted)
 
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
@@ -332,11 +253,11 @@ class GRPOModule(L.LightningModule):
         total_tokens = step.mask[rows].sum()
         aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
         parts, nonfinite = [], 0
-        for chunk in self._chunks(ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
+        for chunk in self.scorer.chunks(self.policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
             if len(chunk) == 0:  # fewer rows than chunks
                 loss, stats = self._zero_loss(), None
             else:
-                loss, stats = self._chunk_loss(step, rows[chunk], beta, aggregate, entropy)
+                loss, stats = self.chunk_loss(step, rows[chunk], beta, aggregate, entropy)
             if not torch.isfinite(loss):
                 nonfinite += 1
                 # the backward still runs (on a zero loss) so that DDP ranks stay in lockstep
@@ -365,17 +286,16 @@ class GRPOModule(L.LightningModule):
                 "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
 
-    def _chunk_loss(self, step: PreparedStep, rows: torch.Tensor, beta: float, aggregate, entropy: bool):
+    def chunk_loss(self, step: PreparedStep, rows: torch.Tensor, beta: float, aggregate,
+                   entropy: bool = False) -> tuple[torch.Tensor, dict]:
         """This chunk's part of the update loss, on its rows trimmed to their longest completion."""
         a = self.algo
         part = trim(select_rows(step.rollout, rows))
         t = part.completion_mask.shape[1]
         if entropy:
-            logps, ent = token_logprobs(self.policy, part.input_ids, part.attention_mask, part.prompt_len,
-                                        part.temperatures, with_entropy=True,
-                                        length_groups=a.length_chunks)  # [c, t] each
+            logps, ent = self.scorer.logprobs(self.policy, part, with_entropy=True)  # [c, t] each
         else:
-            logps, ent = self._logprobs(self.policy, part), None  # [c, t]
+            logps, ent = self.scorer.logprobs(self.policy, part), None  # [c, t]
         # with one update per rollout the policy is still the rollout policy: no extra forward
         old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]
         mask = step.mask[rows, :t]  # [c, t]
@@ -392,64 +312,31 @@ class GRPOModule(L.LightningModule):
         """0, but touching every weight, so every rank's backward reduces the same parameters."""
         return 0.0 * sum(p.sum() for p in self.policy.parameters())
 
-    def _chunks(self, lengths: torch.Tensor, prompt_len: int) -> list[torch.Tensor]:
-        """Length-sorted chunks when they save enough padded work, judged on the mean over ranks
-        so that every rank runs the same number of backwards. Packed models compute no padding
-        but in attention, which they group themselves (`length_groups`): one chunk."""
-        k = 1 if packable(self.policy) else self.algo.length_chunks
-        saving = chunk_saving(lengths, prompt_len, k)
-        if k > 1 and self._trainer is not None:
-            saving = float(self.trainer.strategy.reduce(torch.tensor(saving, device=self.device), reduce_op="mean"))
-        return length_chunks(lengths, k if saving > CHUNK_WHEN_SAVING_ABOVE else 1)
+    def _rank_mean(self, value: float) -> float:
+        if self._trainer is None:
+            return value
+        return float(self.trainer.strategy.reduce(torch.tensor(value, device=self.device), reduce_op="mean"))
 
-    def _chunked_logprobs(self, model: torch.nn.Module, ro: Rollout, chunks: list[torch.Tensor]) -> torch.Tensor:
-        """[N, T] log-probs, each chunk scored on its rows trimmed to their longest completion."""
-        if len(chunks) == 1:
-            return self._logprobs(model, ro)
-        out = torch.zeros(ro.completion_mask.shape, dtype=torch.float32, device=ro.input_ids.device)  # [N, T]
-        for chunk in chunks:
-            if len(chunk):
-                part = trim(select_rows(ro, chunk))
-                out[chunk, : part.completion_mask.shape[1]] = self._logprobs(model, part)
-        return out
+    def _report(self, step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor) -> StepReport:
+        sampled, G = step.sampled, self.rollout_settings.group_size
+        counted_in_update = step.valid[step.groups].reshape(-1)  # [B*G]
+        device = self.device
+        return StepReport(
+            bucket=sampled.prompts[0].bucket, rewards=sampled.rewards, scored=sampled.scored, counted=sampled.valid,
+            valid=step.valid, distinct=sampled.distinct, temperatures=sampled.rollout.temperatures,
+            lengths=sampled.rollout.completion_mask.sum(dim=1), truncated=sampled.rollout.truncated,
+            advantages=step.advantages[counted_in_update], loss_tokens=step.mask.sum(),
+            generated_tokens=step.rollout.completion_mask.sum(),
+            refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
+            refill_exhausted=torch.tensor(float(step.refill_exhausted), device=device),
+            kl_mean=kl_mean, kl_max=updates["kl_max"].max(), entropy_mean=updates["entropy"][0],
+            clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
+            clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
+            samples=text_samples(sampled, step.groups, step.advantages, G))
 
     def _last_checkpoint_hint(self) -> str:
         ckpt = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or ""
         return f"Last checkpoint: {ckpt}." if ckpt else "No checkpoint was saved yet."
-
-    def _samples(self, sampled: SampledGroups, groups: torch.Tensor, advantages: torch.Tensor,
-                 per_step: int = 4) -> list[dict]:
-        """A few rows for the TensorBoard text samples: row b % G of each of the first groups."""
-        G = self.rollout_settings.group_size
-        position = {g: i for i, g in enumerate(groups.tolist())}  # group -> its index in the update
-        rows = []
-        for b in range(min(per_step, len(sampled.prompts))):
-            g = b % G
-            rows.append({"bucket": sampled.prompts[b].bucket, "prompt": sampled.prompts[b].prompt,
-                         "completion": sampled.rollout.texts[b * G + g], "reward": sampled.rewards[b, g].item(),
-                         "advantage": advantages[position[b] * G + g].item() if b in position else 0.0,
-                         "temperature": sampled.rollout.temperatures[b * G + g].item()})
-        return rows
-
-    def _loss_mask(self, ro: Rollout, valid: torch.Tensor) -> torch.Tensor:
-        """[B*G, T] float mask of the tokens that carry loss; valid: [B, G]."""
-        a = self.algo
-        mask = ro.completion_mask.float()  # [B*G, T] padding is already 0
-        if a.mask_truncated:
-            mask = truncation_mask(mask, ro.truncated)
-        if a.template_patterns or a.repeat_ngram:
-            patterns = a.compiled_templates
-            for i, ids in enumerate(ro.input_ids[:, ro.prompt_len :].tolist()):
-                n = int(ro.completion_mask[i].sum())
-                keep = [1] * n
-                if patterns:
-                    template = template_mask([self._piece(t) for t in ids[:n]], patterns)
-                    keep = [k * t for k, t in zip(keep, template, strict=True)]
-                if a.repeat_ngram:
-                    repeats = repetition_mask(ids[:n], a.repeat_ngram, a.repeat_max)
-                    keep = [k * r for k, r in zip(keep, repeats, strict=True)]
-                mask[i, :n] *= torch.tensor(keep, dtype=mask.dtype, device=mask.device)
-        return mask * valid.reshape(-1, 1).to(mask.dtype)  # [B*G, T]
 
     def _piece(self, token_id: int) -> str:
         if token_id not in self._pieces:
@@ -462,10 +349,10 @@ class GRPOModule(L.LightningModule):
             "train/loss": summary["loss"].mean(),
             "train/reward": counted_mean(sampled.rewards, sampled.scored),
             "train/beta": torch.tensor(float(beta)),
-            "train/effective_token_ratio": step.outputs["loss_tokens"] / step.outputs["generated_tokens"].clamp(min=1),
+            "train/effective_token_ratio": step.mask.sum() / step.rollout.completion_mask.sum().clamp(min=1),
             "train/skipped_nonfinite": torch.tensor(float(self.skipped_total)),  # running count
         }
-        if step.outputs["loss_tokens"] > 0:  # token statistics of an update without tokens are 0 / 0
+        if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
             values["train/ratio_max"] = summary["ratio_max"].max()
             values["train/kl_max"] = summary["kl_max"].max()
             for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
@@ -488,29 +375,6 @@ class GRPOModule(L.LightningModule):
             scalars = {k: float(v) for k, v in values.items()}
             for logger in self.trainer.loggers:
                 logger.log_metrics(scalars, step=self.global_step)
-
-    def sample_round(self, prompts: list[Prompt]) -> SampledGroups:
-        """Roll out G rows for each prompt in one batched call; score and dedup them."""
-        s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
-        n = len(prompts)
-        temperatures = s.row_temperatures(n)  # [n*G] row g at temperature slot g
-        ro = generate(self.policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens,
-                      generator=self.generator)
-        completions = [ro.texts[b * G : (b + 1) * G] for b in range(n)]
-        scores = self.reward.score(prompts, completions)  # [n, G]
-        lengths = ro.completion_mask.sum(dim=1)  # [n*G]
-        shaping = overlong_penalty(lengths, s.max_new_tokens, a.overlong_buffer, a.overlong_penalty).view(n, G)
-        rewards = (scores.total + shaping.cpu()).to(self.device)  # [n, G]
-        distinct = s.dedup(completions).to(self.device)  # [n, G]
-        # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
-        # the loss and the group statistics
-        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(self.device)  # [n, G]
-        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, scores.timeouts, distinct,
-                             scores.scored.to(self.device), valid, informative_groups(rewards, valid))
-
-    def _logprobs(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
-        return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures,
-                              length_groups=self.algo.length_chunks)
 
     # -- greedy held-out accuracy per bucket ------------------------------------------------
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:

@@ -3,7 +3,7 @@
 `cases(n, seed)` yields n strings of up to 32k characters: random text over a calculation-heavy
 alphabet, and adversarial shapes (huge exponents, 10^6-digit numbers, deep nesting, unicode
 digits, NaN/inf spellings, division by zero, long repetitions, unclosed markers). `run` feeds
-each through `arith.evaluate` and every shipped reward and reports escapes and the slowest call.
+each through `mathtext.evaluate` and every shipped reward and reports escapes and the slowest call.
 Used by tests/unit/test_fuzz_rewards.py (a subset) and scripts/fuzz_rewards.py (the full run).
 """
 
@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from grpo_aug.arith import NotArithmetic, evaluate
 from grpo_aug.data.records import Prompt
+from grpo_aug.mathtext import NotArithmetic, evaluate
 from grpo_aug.rewards.extract import extract_answer
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
@@ -93,13 +93,13 @@ def targets() -> dict[str, Callable[[str], object]]:
     """Everything that parses model text, each as text -> result."""
     rewards = [MathReward(), SoftMathReward(), SimilarityReward(), FormatReward(), RepetitionReward(), ScriptReward()]
 
-    def arith(text: str) -> object:
+    def evaluate_or_none(text: str) -> object:
         try:
             return evaluate(text)
         except NotArithmetic:
             return None
 
-    out: dict[str, Callable[[str], object]] = {"arith": arith, "extract_answer": extract_answer}
+    out: dict[str, Callable[[str], object]] = {"evaluate": evaluate_or_none, "extract_answer": extract_answer}
     for r in rewards:
         out[r.name] = lambda text, r=r: r(PROMPT, text)
     return out
@@ -107,7 +107,7 @@ def targets() -> dict[str, Callable[[str], object]]:
 
 def run(texts) -> Report:
     """Feed every text to every target; an escape is any exception (NotArithmetic included for
-    everything but `arith`, which must raise nothing else). Time is this thread's CPU time, so
+    everything but `evaluate`, which must raise nothing else). Time is this thread's CPU time, so
     other processes on a shared machine do not count against a call, and the garbage collector
     is paused: a collection triggered by objects other code left behind is not the call's cost."""
     escapes, slowest, calls = [], {}, 0
@@ -126,7 +126,7 @@ def _feed(text: str, funcs, escapes: list, slowest: dict) -> int:
         start = time.thread_time()
         try:
             result = fn(text)
-            if name not in ("arith", "extract_answer") and not isinstance(result, float):
+            if name not in ("evaluate", "extract_answer") and not isinstance(result, float):
                 escapes.append((name, f"returned {result!r}", text[:80]))
         except Exception as err:  # everything counts: the run would die on it
             escapes.append((name, repr(err)[:200], text[:80]))

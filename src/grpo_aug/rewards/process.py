@@ -13,12 +13,11 @@ from fractions import Fraction
 from itertools import islice
 from typing import NamedTuple
 
-from grpo_aug.arith import NotArithmetic, evaluate, matches, number_or_none
+from grpo_aug.mathtext import ANNOTATION, WRITTEN_NUMBER, NotArithmetic, evaluate, matches, number_or_none
 
 MAX_CALCULATIONS = 256
 # bounded quantifiers keep the plain-calculation search linear on runs like "1,1,1,..." or "1 + 1 + ..."
 _NUMBER = r"\d{1,20}+(?:,\d{3}){0,6}+(?:\.\d{1,12}+)?+%?+"
-_ANNOTATION = re.compile(r"<<([^<>=]{1,200})=([^<>=]{1,40})>>")
 # a plain calculation needs an operator between two numbers: "7 = 7" or "step 2 = 9" is not one;
 # it starts where no number does (not after a word character, '.' or ','). Each operator-and-
 # operand is an atomic group and the chain is possessive, so a long "1 + 1 + ..." without '=' fails
@@ -39,8 +38,8 @@ class Calculation(NamedTuple):
 def calculations(text: str) -> list[Calculation]:
     """The first MAX_CALCULATIONS calculations in `text` in reading order; plain ones are
     searched outside annotations."""
-    found = [(m.start(), m.group(1), m.group(2)) for m in islice(_ANNOTATION.finditer(text), MAX_CALCULATIONS)]
-    outside = _ANNOTATION.sub(lambda m: " " * len(m.group(0)), text)  # blanked, so positions hold
+    found = [(m.start(), m.group(1), m.group(2)) for m in islice(ANNOTATION.finditer(text), MAX_CALCULATIONS)]
+    outside = ANNOTATION.sub(lambda m: " " * len(m.group(0)), text)  # blanked, so positions hold
     found += [(m.start(), m.group(1), m.group(2)) for m in islice(_PLAIN.finditer(outside), MAX_CALCULATIONS)]
     found.sort(key=lambda item: item[0])
     checked: dict[tuple[str, str], Calculation] = {}  # a collapsing policy repeats one step thousands of times
@@ -68,7 +67,7 @@ def step_results(solution: str) -> list[Fraction]:
     return [c.value for c in calculations(solution) if c.value is not None]
 
 
-_OPERAND = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_OPERAND = re.compile(WRITTEN_NUMBER)
 
 
 def _numbers(text: str) -> set[Fraction]:

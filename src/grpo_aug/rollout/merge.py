@@ -54,21 +54,3 @@ def trim(ro: Rollout) -> Rollout:
     return ro._replace(input_ids=ro.input_ids[:, : ro.prompt_len + t],
                        attention_mask=ro.attention_mask[:, : ro.prompt_len + t],
                        completion_mask=ro.completion_mask[:, :t])
-
-
-def chunk_saving(lengths: torch.Tensor, prompt_len: int, chunks: int) -> float:
-    """Share of the scored block (prompt + completion columns, every row padded to the longest)
-    that length-sorted chunks, each padded to its own longest row, would not compute."""
-    if len(lengths) == 0 or chunks <= 1:
-        return 0.0
-    whole = len(lengths) * (prompt_len + int(lengths.max()))
-    split = sum(len(c) * (prompt_len + int(lengths[c].max())) for c in length_chunks(lengths, chunks) if len(c))
-    return 1.0 - split / whole
-
-
-def length_chunks(lengths: torch.Tensor, chunks: int) -> list[torch.Tensor]:
-    """Row indices in `chunks` groups of similar completion length, shortest first (some may be
-    empty when there are fewer rows than chunks)."""
-    if chunks <= 1:
-        return [torch.arange(len(lengths), device=lengths.device)]
-    return list(torch.tensor_split(torch.argsort(lengths, stable=True), chunks))

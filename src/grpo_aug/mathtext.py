@@ -1,4 +1,9 @@
-"""A small, bounded arithmetic evaluator for text that comes from data or from the model.
+"""Numbers and calculations in text that comes from data or from the model, in one place.
+
+The written forms (`WRITTEN_NUMBER` for operands, `ANSWER_NUMBER` for final answers with sign,
+$, fraction or %, `ANNOTATION` for `<<expr=result>>` calculator steps), number normalisation, and a
+small, bounded arithmetic evaluator. Used by the data side (GSM8K loading, prompt variants) and
+the reward side (answer extraction, process checks) alike.
 
 Only numbers, + - * / and parentheses (and unary minus) are accepted; the expression is parsed
 with Python's `ast` into a tree that is walked here, never compiled or executed. Values are exact
@@ -37,6 +42,14 @@ _PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
 # what a written calculation may contain once rewritten; Python-only forms ('1_000', '0x1F', '1e5',
 # other scripts' digits) are not arithmetic as people write it
 _ALLOWED = re.compile(r"[0-9.+\-*/()\s]*", re.ASCII)
+
+
+# an unsigned written number: digits, thousands separators, decimals ("1,234.5")
+WRITTEN_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+# a final answer as people write it: sign, $, fraction and % allowed ("-$1,234.50", "3 / 4", "50%")
+ANSWER_NUMBER = r"-?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s?/\s?\d+)?%?"
+# a calculator step `<<48/2=24>>`, bounded so that a hostile completion cannot make it slow
+ANNOTATION = re.compile(r"<<([^<>=]{1,200})=([^<>=]{1,40})>>")
 
 
 class NotArithmetic(ValueError):
@@ -140,3 +153,17 @@ def matches(value: Fraction, claimed: str) -> bool:
     if decimals == 0:
         return False
     return abs(value - stated) <= Fraction(1, 2 * 10**decimals)
+
+
+def normalize_number(raw: str) -> str | None:
+    """'$1,234.00' -> '1234', '50%' -> '50', ' 3 / 4' -> '3/4', '-0.50' -> '-0.5'; None if it is
+    not a bounded number."""
+    s = raw.replace(",", "").replace("$", "").replace("%", "").replace(" ", "")
+    value = number_or_none(s)
+    if value is None:
+        return None
+    if value.denominator == 1:
+        return str(value.numerator)
+    if "/" in s:
+        return f"{value.numerator}/{value.denominator}"
+    return s.rstrip("0").rstrip(".") if "." in s else s

@@ -1,0 +1,46 @@
+"""Token log-probs of rollout rows under a model: the reference, the rollout policy, the policy.
+
+Rows may be scored in length-sorted chunks, each trimmed to its longest completion, when that
+saves more than CHUNK_WHEN_SAVING_ABOVE of the padded block. Llama-family models scored by the
+packed forward compute no padding but in attention, which they group themselves: one chunk.
+The decision is taken on the mean saving over ranks (`reduce_mean`), so every rank runs the same
+number of forwards and backwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from grpo_aug.algo.chunks import CHUNK_WHEN_SAVING_ABOVE, chunk_saving, length_chunks
+from grpo_aug.algo.logprobs import token_logprobs
+from grpo_aug.lean.forward import packable
+from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.rollout.types import Rollout
+
+
+class Scorer:
+    def __init__(self, length_chunks: int = 4, reduce_mean: Callable[[float], float] | None = None) -> None:
+        self.length_chunks = length_chunks
+        self.reduce_mean = reduce_mean or (lambda x: x)
+
+    def chunks(self, model: torch.nn.Module, lengths: torch.Tensor, prompt_len: int) -> list[torch.Tensor]:
+        """Row indices of the chunks to score separately (one chunk: every row at once)."""
+        k = 1 if packable(model) else self.length_chunks
+        saving = self.reduce_mean(chunk_saving(lengths, prompt_len, k)) if k > 1 else 0.0
+        return length_chunks(lengths, k if saving > CHUNK_WHEN_SAVING_ABOVE else 1)
+
+    def logprobs(self, model: torch.nn.Module, ro: Rollout, chunks: list[torch.Tensor] | None = None,
+                 with_entropy: bool = False):
+        """[N, T] log-probs of the completion tokens (and [N, T] entropies with with_entropy),
+        each chunk scored on its rows trimmed to their longest completion."""
+        if chunks is None or len(chunks) == 1:
+            return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures,
+                                  with_entropy=with_entropy, length_groups=self.length_chunks)
+        out = torch.zeros(ro.completion_mask.shape, dtype=torch.float32, device=ro.input_ids.device)  # [N, T]
+        for chunk in chunks:
+            if len(chunk):
+                part = trim(select_rows(ro, chunk))
+                out[chunk, : part.completion_mask.shape[1]] = self.logprobs(model, part)
+        return out
