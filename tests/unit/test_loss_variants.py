@@ -24,7 +24,7 @@ def naive_loss(logps, ref, old, adv, mask, beta, low, high, kl, variant, constan
             k = {"k1": -d, "k2": d * d / 2, "k3": math.exp(d) - d - 1}[kl]
             terms.append(min(ratio * adv[r], clipped * adv[r]) - beta * k)
         rows.append(terms)
-    if variant == "seed":
+    if variant == "row_mean":
         return -sum(sum(t) / max(len(t), 1) for t in rows) / len(rows)
     if variant == "token_mean":
         return -sum(sum(t) for t in rows) / max(sum(len(t) for t in rows), 1)
@@ -45,7 +45,7 @@ def _case(seed=0):
     return logps, ref, old, adv, mask
 
 
-@pytest.mark.parametrize("variant, aggregate", [("seed", RowMean()), ("token_mean", TokenMean()),
+@pytest.mark.parametrize("variant, aggregate", [("row_mean", RowMean()), ("token_mean", TokenMean()),
                                                 ("constant_norm", ConstantNorm(8))])
 @pytest.mark.parametrize("kl", ["k1", "k2", "k3"])
 def test_variants_match_naive(variant, aggregate, kl):

@@ -1,7 +1,7 @@
 """Loss aggregation variants (`algo/loss=...`): how per-token terms become one scalar.
 
 per_token and mask are [R, T] (R rows). The choice changes which completions weigh most:
-    seed           mean over each row's tokens, then over rows: every completion counts
+    row_mean       mean over each row's tokens, then over rows: every completion counts
                    equally, so tokens of long completions count less (GRPO paper)
     token_mean     sum over all tokens / number of tokens: every token counts equally (DAPO)
     constant_norm  sum over all tokens / (R x constant): no length bias either way (Dr. GRPO)
@@ -23,7 +23,7 @@ class Aggregate:
 
 
 class RowMean(Aggregate):
-    name = "seed"
+    name = "row_mean"
 
     def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
         per_row = (per_token * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [R]

@@ -2,7 +2,7 @@
 
     constant  beta = value
     linear    from `start` to `end` over `steps` optimizer steps, then `end`
-    relax     the mission's: `value` until the KL has stayed below `kl_below` for `patience`
+    relax     the sample-augmentation recipe's: `value` until the KL has stayed below `kl_below` for `patience`
               consecutive rollouts, or until step `after_step`; then value x factor for good
 `observe(step, kl)` feeds the rank-averaged KL of each rollout; schedules with memory save it
 through state_dict so a resumed run continues with the same beta.

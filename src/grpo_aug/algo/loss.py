@@ -93,7 +93,7 @@ def grpo_loss(
     clip_eps: float = 0.2,
     adv_clip: float = 10.0,
 ) -> torch.Tensor:
-    """The seed's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
+    """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
     return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
 
 

@@ -34,7 +34,7 @@ class AlgoSettings:
 
     def __post_init__(self) -> None:
         if not callable(self.loss):
-            raise ValueError(f"algo.loss must be a variant from the algo/loss group (algo/loss=seed|token_mean|"
+            raise ValueError(f"algo.loss must be a variant from the algo/loss group (algo/loss=row_mean|token_mean|"
                              f"constant_norm), got {self.loss!r}")
         if not hasattr(self.beta, "observe"):
             raise ValueError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
