@@ -12,8 +12,8 @@ from helpers import compose_cfg
 INDICES = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard": list(range(200, 300))}
 
 
-def test_default_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_path):
-    schedule = instantiate(compose_cfg(tmp_path, []).curriculum)
+def test_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_path):
+    schedule = instantiate(compose_cfg(tmp_path, ["curriculum=staged"]).curriculum)
     total = 250
     early = [schedule.weights(s, total) for s in range(0, 50)]  # the first 20%
     assert all(w["easy"] >= 0.7 for w in early)
