@@ -46,9 +46,19 @@ def test_high_std_kl_spike_tokens_polarisation_nonfinite():
     assert set(check(window(nonfinite=1.0), T)) == {"non_finite_loss"}
 
 
+def test_steps_without_an_update_neither_drag_the_kl_median_nor_count_as_junk():
+    # every other step had all its groups filtered out (no loss token, KL reported 0)
+    empty = HEALTHY._replace(kl_mean=0.0, loss_tokens=0.0, effective_ratio=1.0)
+    steps = [HEALTHY._replace(kl_mean=0.05, loss_tokens=100.0), empty] * 4 + [empty]
+    assert "kl_spike" not in check(steps + [HEALTHY._replace(kl_mean=0.2, loss_tokens=100.0)], T)  # 4x 0.05
+    assert "kl_spike" in check(steps + [HEALTHY._replace(kl_mean=0.3, loss_tokens=100.0)], T)  # 6x 0.05
+    report = make_report([[1.0, 1.0], [0.0, 1.0]], loss_tokens=torch.tensor(0.0), generated_tokens=torch.tensor(0.0))
+    assert StepStats(*step_stats(report).tolist()).effective_ratio == 1.0  # nothing entered, nothing masked
+
+
 def test_step_stats_by_hand():
     out = make_report([[1.0, 0.0], [1.0, 1.0]], [0.7, 1.5, 0.7, 1.5], lengths=torch.tensor([2.0, 4.0, 6.0, 8.0]),
-                      kl_mean=torch.tensor(0.1), loss_tokens=torch.tensor(10.0))
+                      kl_mean=torch.tensor(0.1), loss_tokens=torch.tensor(10.0), generated_tokens=torch.tensor(20.0))
     s = StepStats(*step_stats(out).tolist())
     assert s.reward_std == pytest.approx(0.7071 / 2, rel=1e-3) and s.reward_mean == 0.75
     assert (s.reward_min, s.reward_max, s.max_temperature) == (0.0, 1.0, 1.5)

@@ -16,6 +16,7 @@ def test_health_values_by_hand():
         [0.7, 1.5] * 6,
         lengths=torch.tensor([4, 6, 2, 8, 5, 5, 5, 5, 1, 1, 1, 1]),
         loss_tokens=torch.tensor(30.0),
+        generated_tokens=torch.tensor(40.0),  # by the rows that entered the update
         kl_mean=torch.tensor(0.25),
         distinct=torch.tensor([[True, True, False, True], [True, False, False, False], [True] * 4]),
         valid=torch.tensor([[True, True, False, True], [False] * 4, [True] * 4]),
@@ -31,7 +32,7 @@ def test_health_values_by_hand():
     assert v["health/group_std_low_frac"] == pytest.approx(1 / 3)  # only the flat group is below 0.3
     assert v["health/group_std_high_frac"] == pytest.approx(1 / 3)  # the 0/5 group is above 2.0
     assert v["health/zero_std_frac"] == v["rollout/zero_std_frac"] == pytest.approx(1 / 3)
-    assert v["health/effective_token_ratio"] == pytest.approx(30 / 44)
+    assert v["health/effective_token_ratio"] == pytest.approx(30 / 40)
     assert v["health/kl_mean"] == 0.25 and v["health/entropy_mean"] == 1.0
     assert v["health/adv_abs_mean"] == pytest.approx(3.0 / 5)
     assert v["health/truncation_rate"] == pytest.approx(1 / 12)

@@ -8,7 +8,7 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     low_std               mean within-group reward std < low_std: groups carry little signal
     high_std              mean within-group reward std > high_std: outliers dominate the groups
     kl_spike              the step's KL > kl_spike_factor x max(its median over the window, kl_floor)
-    low_effective_tokens  share of generated tokens that carry loss < min_effective_tokens
+    low_effective_tokens  share of the update's generated tokens that carry loss < min_effective_tokens
     length_polarisation   p90 / p10 of completion lengths > max_polarisation
     non_finite_loss       an update's loss or gradient norm was NaN/inf (the update was skipped)
 """
@@ -43,6 +43,7 @@ class StepStats(NamedTuple):
     polarisation: float  # p90 / p10 of lengths
     nonfinite: float  # updates skipped for a non-finite loss or gradient norm
     max_temperature: float
+    loss_tokens: float = 1.0  # 0: no group entered the update (the KL and token shares are not defined)
 
 
 def step_stats(report: StepReport) -> torch.Tensor:
@@ -54,9 +55,13 @@ def step_stats(report: StepReport) -> torch.Tensor:
     lengths = report.lengths.float()  # [N*G]
     p10, _, p90 = length_quantiles(lengths)
     seen = rewards[scored].double() if bool(scored.any()) else torch.zeros(1, dtype=torch.float64)
+    # the share of the update's generated tokens that carry loss: groups left out whole (zero-std
+    # filter) are not junk the masks removed, and an update without rows removed nothing
+    generated = report.generated_tokens.float()
+    effective = report.loss_tokens / generated if generated > 0 else torch.ones(())
     values = [mean_std(group_stats(rewards, report.counted)), counted_mean(rewards, scored), seen.min(), seen.max(),
-              report.kl_mean, report.loss_tokens / lengths.sum().clamp(min=1), polarisation(p10, p90),
-              report.nonfinite, report.temperatures.max()]
+              report.kl_mean, effective, polarisation(p10, p90), report.nonfinite, report.temperatures.max(),
+              report.loss_tokens]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -97,8 +102,9 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     if std > t.high_std:
         fired["high_std"] = (f"group reward std {std:.3f} > {t.high_std:g}: outliers dominate; enable "
                              "reward.winsorize.enabled=true or lower algo.adv_clip")
-    if len(window) > 1:
-        median = statistics.median(s.kl_mean for s in window[:-1])
+    earlier = [s.kl_mean for s in window[:-1] if s.loss_tokens > 0]  # steps without an update have no KL
+    if earlier and last.loss_tokens > 0:
+        median = statistics.median(earlier)
         # against at least the floor: KL climbing from ~0 as training starts is not a spike
         if last.kl_mean > t.kl_spike_factor * max(median, t.kl_floor):
             fired["kl_spike"] = (f"KL {last.kl_mean:.4f} is over {t.kl_spike_factor:g}x its running median "
