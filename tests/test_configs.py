@@ -74,6 +74,7 @@ BAD = [  # (overrides, what the message must say: the key, and the value or the 
     (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
     (["model.optimizer.lr=0"], r"model.optimizer.lr must be > 0, got 0"),
     (["model.optimizer.lr=-1e-4"], r"model.optimizer.lr must be > 0, got -0.0001"),
+    (["model.lr_final_ratio=1.5"], r"model.lr_final_ratio must be in \[0, 1\], got 1.5"),
     (["trainer.max_steps=0"], r"trainer.max_steps must be >= 1 .*got 0"),
     (["data=gsm8k", "data.source.path=/no/such/train.jsonl"], r"data.source.path='/no/such/train.jsonl': no such file"),
 ]

@@ -48,6 +48,9 @@ def check_run(cfg: DictConfig) -> None:
         raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
     if cfg.model.get("lr_warmup_steps", 0) < 0:
         raise ValueError(f"model.lr_warmup_steps must be >= 0, got {cfg.model.lr_warmup_steps}")
+    final = cfg.model.get("lr_final_ratio", 1.0)
+    if not 0 <= final <= 1:
+        raise ValueError(f"model.lr_final_ratio must be in [0, 1], got {final}")
 
 
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
@@ -76,6 +79,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         dtype=cfg.model.dtype,
         eval_max_new_tokens=cfg.model.eval_max_new_tokens,
         lr_warmup_steps=cfg.model.lr_warmup_steps,
+        lr_final_ratio=cfg.model.get("lr_final_ratio", 1.0),
         prompt_pool=datamodule.draw_prompts,
         seed=cfg.seed,
     )

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule, NonFiniteTraining
+from grpo_aug.models.module import GRPOModule, NonFiniteTraining, lr_factor
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
@@ -349,3 +349,13 @@ def test_an_update_with_no_loss_token_changes_nothing(tiny_model_dir):
     assert float(outs[0]["report"].loss_tokens) > 0 and float(outs[1]["report"].loss_tokens) == 0
     assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2) and (g1, g2) == (1, 2)
     assert m.skipped_total == 0  # not a non-finite skip
+
+
+def test_lr_factor_ramps_then_decays_linearly_to_the_final_share():
+    # warm-up 10: step s < 10 gives (s + 1) / 11; then from 1.0 at step 10 to 0.1 at step 250
+    assert lr_factor(0, 10, 250, 0.1) == pytest.approx(1 / 11)
+    assert lr_factor(10, 10, 250, 0.1) == pytest.approx(1.0)
+    assert lr_factor(130, 10, 250, 0.1) == pytest.approx(0.55)  # halfway: 1 - 0.9 x 0.5
+    assert lr_factor(250, 10, 250, 0.1) == pytest.approx(0.1) == lr_factor(400, 10, 250, 0.1)
+    assert [lr_factor(s, 10, 250, 1.0) for s in (10, 249)] == [1.0, 1.0]  # no decay
+    assert lr_factor(5, 10, 0, 0.1) == pytest.approx(6 / 11)  # no trainer: no decay

@@ -37,6 +37,18 @@ from grpo_aug.rollout.settings import RolloutSettings
 log = logging.getLogger(__name__)
 
 
+def lr_factor(step: int, warmup: int, total: int, final: float = 1.0) -> float:
+    """The lr multiplier at optimizer step `step`: a linear ramp over `warmup` steps (Adam's first
+    updates move every weight by ~lr whatever the gradient, and early policy-gradient estimates are
+    mostly noise), then linear decay to `final` at step `total` (with mu = 1 the PPO clip never
+    binds, so late updates are bounded by the lr alone). total = 0: no decay."""
+    ramp = min(1.0, (step + 1) / (max(warmup, 0) + 1))
+    if total <= warmup or final == 1.0:
+        return ramp
+    progress = min(max((step - warmup) / (total - warmup), 0.0), 1.0)
+    return ramp * (1.0 - (1.0 - final) * progress)
+
+
 def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
     """L2 norm of this rank's gradients (its shard under FSDP/ZeRO); inf or NaN if any entry is."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -72,6 +84,7 @@ class GRPOModule(L.LightningModule):
         dtype: str = "float32",
         eval_max_new_tokens: int | None = None,
         lr_warmup_steps: int = 0,
+        lr_final_ratio: float = 1.0,
         prompt_pool: PromptPool | None = None,
         seed: int = 0,
     ) -> None:
@@ -87,6 +100,7 @@ class GRPOModule(L.LightningModule):
         self.dtype_name = dtype
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
         self.lr_warmup_steps = lr_warmup_steps
+        self.lr_final_ratio = lr_final_ratio
         if rollout.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
@@ -125,10 +139,9 @@ class GRPOModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=self.policy.parameters())
-        # a linear lr ramp: Adam's first updates move every weight by ~lr whatever the gradient,
-        # and early policy-gradient estimates are mostly noise
-        ramp = max(self.lr_warmup_steps, 0) + 1
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / ramp))
+        total = self.trainer.max_steps if self._trainer is not None else 0
+        factor = functools.partial(lr_factor, warmup=self.lr_warmup_steps, total=total, final=self.lr_final_ratio)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
