@@ -139,7 +139,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             now = time.perf_counter()
             step_times.append(now - clock.start)
-            lengths.append(outputs["lengths"].float().mean().item())
+            lengths.append(outputs["report"].lengths.float().mean().item())
             inside = clock.end - clock.start
             breakdown.append({**parts, "metrics and logging": now - clock.end,
                               "other (masks, advantages, loss, loop)": inside - sum(parts.values())})
