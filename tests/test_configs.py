@@ -28,6 +28,10 @@ from helpers import compose_cfg
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):
+    if "data=gsm8k" in overrides:  # the source checks its file at construction; ../shared may be absent
+        data = tmp_path / "train.jsonl"
+        data.write_text('{"question": "q", "answer": "<<1+1=2>>2\\n#### 2"}\n')
+        overrides = [*overrides, f"data.source.path={data}"]
     cfg = compose_cfg(tmp_path, overrides)
     instantiate(cfg.rollout)
     instantiate(cfg.algo, _convert_="all")
