@@ -5,7 +5,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from grpo_aug.data.datamodule import PromptDataModule
-from grpo_aug.pipeline import build_parts
+from grpo_aug.pipeline import build_parts, rollout_settings
 from helpers import compose_cfg
 
 
@@ -25,6 +25,8 @@ from helpers import compose_cfg
         ["reward=similarity"],
         ["algo/loss=token_mean", "algo/beta=linear"],
         ["algo/loss=constant_norm", "algo/beta=relax", "algo.kl=k2"],
+        ["rollout/selector=history", "data/difficulty=online", "rollout.oversample=2"],
+        ["rollout/selector=learned"],
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):
@@ -33,7 +35,8 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         data.write_text('{"question": "q", "answer": "<<1+1=2>>2\\n#### 2"}\n')
         overrides = [*overrides, f"data.source.path={data}"]
     cfg = compose_cfg(tmp_path, overrides)
-    instantiate(cfg.rollout)
+    _, selection = rollout_settings(cfg.rollout)
+    instantiate(selection, prompt_pool=lambda *a, **k: [])
     instantiate(cfg.algo, _convert_="all")
     assert len(instantiate(cfg.reward, _convert_="all").functions) >= 1
     schedule = instantiate(cfg.curriculum)

@@ -20,6 +20,7 @@ from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.resume import latest_checkpoint
+from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,19 @@ def check_run(cfg: DictConfig) -> None:
         raise ValueError(f"model.lr_final_ratio must be in [0, 1], got {final}")
 
 
+def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | None]:
+    """The rollout settings, and the prompt selection node (`rollout/selector`) kept apart: it is
+    built later, with the DataModule's history and prompt pool."""
+    selection = node.get("selector")
+    settings = OmegaConf.masked_copy(node, [k for k in node if k != "selector"])
+    return instantiate(settings), selection
+
+
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
     """Module, data and callbacks, without a Trainer (preflight needs no more)."""
     # settings first: a bad value fails here, before any data or model is loaded
     check_run(cfg)
-    rollout = instantiate(cfg.rollout)
+    rollout, selection_cfg = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
     schedule = instantiate(cfg.curriculum)
@@ -68,6 +77,10 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
                              updates_per_batch=algo.updates_per_rollout)
     datamodule.setup("fit")
+    selection = None
+    if selection_cfg is not None:
+        selection = instantiate(selection_cfg, history=datamodule.history, prompt_pool=datamodule.draw_prompts,
+                                seed=cfg.seed)
 
     model_path = prepare_model(cfg.model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
     module = GRPOModule(
@@ -82,6 +95,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         lr_final_ratio=cfg.model.get("lr_final_ratio", 1.0),
         prompt_pool=datamodule.draw_prompts,
         seed=cfg.seed,
+        selection=selection,
     )
     return module, datamodule, callbacks
 

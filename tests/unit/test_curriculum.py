@@ -74,7 +74,7 @@ def _drive(sampler, rewards, steps, state_at=None):
     pending = next(it)
     for k in range(steps):
         batch, pending = pending, next(it, None)
-        batches.append(batch)
+        batches.append([i for i, _ in batch])  # (record index, bucket) pairs
         sampler.schedule.observe(sampler.start_step + k, rewards[(sampler.start_step + k) % len(rewards)])
         if state_at is not None and sampler.start_step + k + 1 == state_at:
             state = {**sampler.state_dict(), "next_step": state_at}

@@ -359,3 +359,28 @@ def test_lr_factor_ramps_then_decays_linearly_to_the_final_share():
     assert lr_factor(250, 10, 250, 0.1) == pytest.approx(0.1) == lr_factor(400, 10, 250, 0.1)
     assert [lr_factor(s, 10, 250, 1.0) for s in (10, 249)] == [1.0, 1.0]  # no decay
     assert lr_factor(5, 10, 0, 0.1) == pytest.approx(6 / 11)  # no trainer: no decay
+
+
+def test_oversampled_step_keeps_the_max_variance_rows_and_records_the_history(tiny_model_dir):
+    from grpo_aug.data.history import PromptHistory
+    from grpo_aug.rollout.selection import PromptSelection
+    from grpo_aug.rollout.selector import HistorySelector
+
+    history = PromptHistory()
+    m = GRPOModule(
+        name_or_path=str(tiny_model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+        reward=RewardSet([RewardFunction(ById([p.id for p in EASY[:2]]))]),
+        rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), max_new_tokens=6, oversample=3),
+        algo=AlgoSettings(),
+        selection=PromptSelection(HistorySelector(), history, lambda *a, **k: [], seed=0),
+    )
+    m.configure_model()
+    step = m.prepare(EASY[:3])
+    s = step.sampled
+    assert s.rewards.shape == (3, 4) and s.rollout.input_ids.shape[0] == 12 and len(s.rollout.texts) == 12
+    # ById alternates 0/1 over the 12 rows of the first two prompts: the kept 4 are two of each
+    assert s.rewards[:2].sum(dim=1).tolist() == [2.0, 2.0] and s.rewards[2].sum() == 0
+    assert (s.std_gain[:2] >= 0).all() and s.std_gain[2] == 0
+    assert [history.get(p.id).attempts for p in EASY[:3]] == [1, 1, 1]
+    assert [history.get(p.id).flat_streak for p in EASY[:3]] == [0, 0, 1]
+    assert m.selection.window_metrics()["rollout/flat_rows_frac"] == 12 / 36

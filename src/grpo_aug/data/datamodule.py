@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections import defaultdict
 from typing import Protocol
 
 import lightning as L
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
+from grpo_aug.data.history import OnlineDifficulty, PromptHistory, StaticDifficulty
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.variants import Variants
@@ -24,6 +26,22 @@ class PromptSource(Protocol):
 
 def _collate(batch: list[Prompt]) -> list[Prompt]:
     return batch
+
+
+class BucketedRecords(Dataset):
+    """Training records indexed by (index, bucket): the record as the bucket it was drawn from
+    (its online bucket may differ from the one its data source gave it)."""
+
+    def __init__(self, records: list[Prompt]) -> None:
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, key: tuple[int, str]) -> Prompt:
+        index, bucket = key
+        record = self.records[index]
+        return record if record.bucket == bucket else dataclasses.replace(record, bucket=bucket)
 
 
 def split_heldout(records: list[Prompt], per_bucket: int, seed: int) -> tuple[list[Prompt], list[Prompt]]:
@@ -53,6 +71,8 @@ class PromptDataModule(L.LightningDataModule):
         variants: Variants | None = None,
         updates_per_batch: int = 1,
         on_bad_row: str = "raise",
+        difficulty: StaticDifficulty | OnlineDifficulty | None = None,
+        history_smoothing: float = 0.5,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
@@ -71,6 +91,9 @@ class PromptDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size
         self.seed = seed
         self.variants = variants
+        # every training prompt's rollouts so far; with online difficulty it also moves prompts
+        # between buckets (updated by the module's PromptSelection, saved in checkpoints)
+        self.history = PromptHistory(difficulty, history_smoothing)
         self.train_records: list[Prompt] = []
         self.heldout_records: list[Prompt] = []
         self._restored: dict | None = None  # sampler state from a checkpoint, used by train_dataloader
@@ -91,6 +114,7 @@ class PromptDataModule(L.LightningDataModule):
             log.info("data.variants: %d variants from %d training prompts (%d of %d attempts failed)",
                      len(made), len(self.train_records), sum(self.variants.failures.values()), self.variants.attempts)
             self.train_records = self.train_records + made
+        self.history.start({r.id: r.bucket for r in self.train_records})
         # fail now, not at the step that first needs the bucket
         self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
 
@@ -101,16 +125,27 @@ class PromptDataModule(L.LightningDataModule):
         indices: dict[str, list[int]] = defaultdict(list)
         for i, r in enumerate(self.train_records):
             indices[r.bucket].append(i)
+        online = self.members_at if self.history.difficulty.online else None
         return CurriculumBatchSampler(
-            indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step
+            indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step, online
         )
+
+    def bucket_of(self, record: Prompt, step: int) -> str:
+        return self.history.bucket_at(record.id, record.bucket, step)
+
+    def members_at(self, step: int) -> dict[str, list[int]]:
+        """Indices of the training records in each bucket at sampler step `step`."""
+        members: dict[str, list[int]] = {b: [] for b in BUCKETS}
+        for i, r in enumerate(self.train_records):
+            members[self.bucket_of(r, step)].append(i)
+        return members
 
     def train_dataloader(self) -> DataLoader:
         rank = self.trainer.global_rank if self.trainer is not None else 0
         sampler = self.make_sampler(0, rank, self._world_size())
         if self._restored is not None:
             sampler.load_state_dict(self._restored)
-        return DataLoader(self.train_records, batch_sampler=sampler, collate_fn=_collate)
+        return DataLoader(BucketedRecords(self.train_records), batch_sampler=sampler, collate_fn=_collate)
 
     def state_dict(self) -> dict:
         """The sampler's position and schedule state, saved in Lightning checkpoints.
@@ -119,16 +154,22 @@ class PromptDataModule(L.LightningDataModule):
         the next batch when it saves, so the sampler itself is one step ahead.
         """
         done = self.trainer.global_step // self.updates_per_batch if self.trainer is not None else 0
-        return {"next_step": done, "seed": self.seed, "schedule": self.schedule.state_dict()}
+        return {"next_step": done, "seed": self.seed, "schedule": self.schedule.state_dict(),
+                "history": self.history.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._restored = state
+        if "history" in state:  # now: the module's selection shares this history object
+            self.history.load_state_dict(state["history"])
 
-    def draw_prompts(self, bucket: str, n: int, step: int, round_: int, used: set[str]) -> list[Prompt]:
-        """Up to n training prompts of `bucket` not in `used`, deterministic by (seed, step, round, rank)."""
+    def draw_prompts(self, bucket: str, n: int, step: int, round_: int, used: set[str],
+                     purpose: str = "refill") -> list[Prompt]:
+        """Up to n training prompts of `bucket` (at `step`) not in `used`, as records of that bucket;
+        deterministic by (seed, purpose, step, round, rank)."""
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        pool = [r for r in self.train_records if r.bucket == bucket and r.id not in used]
-        return random.Random(f"{self.seed}-refill-{step}-{round_}-{rank}").sample(pool, min(n, len(pool)))
+        pool = [(r, b) for r in self.train_records if r.id not in used and (b := self.bucket_of(r, step)) == bucket]
+        drawn = random.Random(f"{self.seed}-{purpose}-{step}-{round_}-{rank}").sample(pool, min(n, len(pool)))
+        return [r if r.bucket == b else dataclasses.replace(r, bucket=b) for r, b in drawn]
 
     def val_batches(self, rank: int = 0, world_size: int = 1) -> list[list[Prompt]]:
         """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ..."""

@@ -4,12 +4,18 @@ Each batch is a pure function of (seed, step) and the schedule's weights at that
 agree on the bucket without talking (an adaptive schedule sees the same rank-averaged rewards
 everywhere), the rank slices of one step are disjoint, and a resumed run (state_dict /
 load_state_dict) continues with exactly the batches an uninterrupted run would have seen.
+
+With online difficulty (`buckets_at`), the bucket members at a step come from the prompt history
+(moves apply with a fixed lag, see data/history.py). A drawn bucket with too few members for the
+step falls back to the bucket nearest to it that has enough.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from grpo_aug.data.records import BUCKETS
 
 
 class CurriculumBatchSampler:
@@ -23,7 +29,9 @@ class CurriculumBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         start_step: int = 0,
+        buckets_at: Callable[[int], Mapping[str, Sequence[int]]] | None = None,
     ) -> None:
+        self.buckets_at = buckets_at
         self.bucket_indices = {b: list(ix) for b, ix in bucket_indices.items()}
         self.batch_size = batch_size
         self.schedule = schedule
@@ -48,18 +56,28 @@ class CurriculumBatchSampler:
         names = [b for b, w in weights.items() if w > 0]
         return rng.choices(names, weights=[weights[b] for b in names])[0]
 
-    def batch_at(self, step: int) -> list[int]:
+    def draw(self, step: int) -> tuple[str, list[int]]:
+        """The step's bucket and this rank's prompt indices."""
         bucket = self.bucket_at(step)
+        members = self.bucket_indices if self.buckets_at is None else self.buckets_at(step)
+        per_step = self.batch_size * self.world_size
+        if len(members.get(bucket, ())) < per_step:
+            enough = [b for b in BUCKETS if len(members.get(b, ())) >= per_step]
+            bucket = min(enough, key=lambda b: (abs(BUCKETS.index(b) - BUCKETS.index(bucket)), BUCKETS.index(b)))
         rng = random.Random(f"{self.seed}-prompts-{step}")
-        chosen = rng.sample(self.bucket_indices[bucket], self.batch_size * self.world_size)
-        return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        chosen = rng.sample(list(members[bucket]), per_step)
+        return bucket, chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def batch_at(self, step: int) -> list[int]:
+        return self.draw(step)[1]
+
+    def __iter__(self) -> Iterator[list[tuple[int, str]]]:
         # from the next step not yet handed out: should Lightning start another epoch, the run
         # goes on with new batches instead of repeating the first ones
         for step in range(self.position, self.total_steps):
             self.position = step + 1
-            yield self.batch_at(step)
+            bucket, indices = self.draw(step)
+            yield [(i, bucket) for i in indices]
 
     def state_dict(self) -> dict:
         return {"next_step": self.position, "seed": self.seed, "schedule": self.schedule.state_dict()}

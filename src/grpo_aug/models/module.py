@@ -32,6 +32,7 @@ from grpo_aug.rewards import MathReward, RewardSet
 from grpo_aug.rollout import Rollout, generate
 from grpo_aug.rollout.groups import GroupSampler, PromptPool, SampledGroups
 from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,10 @@ class GRPOModule(L.LightningModule):
         lr_final_ratio: float = 1.0,
         prompt_pool: PromptPool | None = None,
         seed: int = 0,
+        selection: PromptSelection | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool"])
+        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -106,6 +108,7 @@ class GRPOModule(L.LightningModule):
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool)
         self.scorer = Scorer(algo.length_chunks, self._rank_mean)
+        self.selection = selection or PromptSelection()  # which prompts to roll out; the per-prompt history
         self.seed = seed
         # the rollout's own random stream: checkpointed, and untouched by anything else that draws
         # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
@@ -174,6 +177,7 @@ class GRPOModule(L.LightningModule):
             "reward_timeouts": dict(self.reward_timeouts),
             "skipped_total": self.skipped_total,
             "consecutive_skipped": self.consecutive_skipped,
+            "selection": self.selection.state_dict(),  # the same on every rank
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -184,6 +188,8 @@ class GRPOModule(L.LightningModule):
             self.reward_timeouts = Counter(state["reward_timeouts"])
             self.skipped_total = state["skipped_total"]
             self.consecutive_skipped = state["consecutive_skipped"]
+            if "selection" in state:
+                self.selection.load_state_dict(state["selection"])
             self._restored = state
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
@@ -216,9 +222,15 @@ class GRPOModule(L.LightningModule):
         """Everything an update needs, computed once per rollout; no optimizer involved."""
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
 
-        # 1. sample B x G rows in one batched rollout, score and dedup them; 2. with the zero-std
-        # filter, refill rounds of fresh prompts of the bucket while too few groups have spread
-        sampled = self.sampler.sample(self.policy, batch, s, self.global_step, self.generator)
+        # 1. choose the prompts: the selector skips those likely to give a flat group (replaced
+        # from the same bucket); 2. sample G rows each in one batched rollout (oversampled and
+        # down-sampled to the max-variance G if configured), score and dedup them; with the
+        # zero-std filter, refill rounds of fresh prompts while too few groups have spread
+        rollout_step = self.global_step // a.updates_per_rollout  # the sampler's step
+        picked = self.selection.pick(batch, rollout_step)
+        sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator)
+        # every rank's outcomes update the history, the selector and the online buckets alike
+        self.selection.observe(picked, sampled, rollout_step, s.rows_per_prompt, gather_per_rank)
         keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
         groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
@@ -243,7 +255,7 @@ class GRPOModule(L.LightningModule):
                 ref_logps = self.scorer.logprobs(self.reference, ro, chunks)  # [B*G, T]
                 if a.updates_per_rollout > 1:
                     old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
-        exhausted = s.filter.refill and int(sampled.informative.sum()) < len(batch)
+        exhausted = s.filter.refill and int(sampled.informative.sum()) < len(picked.prompts)
         return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted)
 
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
@@ -382,10 +394,14 @@ class GRPOModule(L.LightningModule):
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
         # Lightning's own logging step would count rollouts, not the steps every other curve uses
+        if self.rollout_settings.oversample > 1:
+            values["rollout/oversample_std_gain"] = sampled.std_gain.mean()
         window = self.global_step // self.trainer.log_every_n_steps
         if window > self.logged_window:
             self.logged_window = window
             scalars = {k: float(v) for k, v in values.items()}
+            scalars.update(self.selection.window_metrics())  # since the last write, every rank's groups
+            scalars.update({f"curriculum/moved/{k}": float(v) for k, v in self.selection.history.moved.items()})
             for logger in self.trainer.loggers:
                 logger.log_metrics(scalars, step=self.global_step)
 

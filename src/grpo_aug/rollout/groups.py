@@ -13,16 +13,18 @@ from typing import NamedTuple
 
 import torch
 
+from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import RewardSet
+from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.filter import informative_groups
-from grpo_aug.rollout.merge import concat_rollouts
+from grpo_aug.rollout.merge import concat_rollouts, select_rows
 from grpo_aug.rollout.sampler import generate
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.types import Rollout
 
-PromptPool = Callable[[str, int, int, int, set[str]], list[Prompt]]  # (bucket, n, step, round, used ids)
+PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
 
 
 class SampledGroups(NamedTuple):
@@ -36,6 +38,7 @@ class SampledGroups(NamedTuple):
     scored: torch.Tensor  # [n, G] every reward function returned a number
     valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
     informative: torch.Tensor  # [n] groups whose counted rewards differ
+    std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
     rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
 
 
@@ -53,6 +56,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         scored=torch.cat([r.scored for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
+        std_gain=torch.cat([r.std_gain for r in rounds]),
         rounds=len(rounds),
     )
 
@@ -70,23 +74,36 @@ class GroupSampler:
 
     def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], settings: RolloutSettings,
                      generator: torch.Generator | None = None) -> SampledGroups:
-        """Roll out G rows for each prompt in one batched call; score and dedup them."""
+        """Roll out the rows of every prompt in one batched call; score and dedup them; with
+        rollout.oversample = k, keep the G of each prompt's k x G rows whose rewards vary most."""
         s, G, n = settings, settings.group_size, len(prompts)
+        R = s.rows_per_prompt  # G, or k x G before down-sampling
         device = next(policy.parameters()).device
-        temperatures = s.row_temperatures(n)  # [n*G] row g at temperature slot g
+        temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
         ro = generate(policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens,
                       generator=generator)
-        completions = [ro.texts[b * G : (b + 1) * G] for b in range(n)]
-        scores = self.reward.score(prompts, completions)  # [n, G]
-        lengths = ro.completion_mask.sum(dim=1)  # [n*G]
-        shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*G]
-        rewards = (scores.total + shaping.view(n, G).cpu()).to(device)  # [n, G]
-        distinct = s.dedup(completions).to(device)  # [n, G]
+        completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
+        scores = self.reward.score(prompts, completions)  # [n, R]
+        lengths = ro.completion_mask.sum(dim=1)  # [n*R]
+        shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
+        rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
+        distinct = s.dedup(completions).to(device)  # [n, R]
+        kept, scored, parts = scores.kept.to(device), scores.scored.to(device), scores.parts
+        std_gain = torch.zeros(n, dtype=torch.float64, device=device)
+        if R > G:
+            counted = kept & distinct  # [n, R]
+            before = group_stats(rewards[:, :G], counted[:, :G]).std  # [n] what G rows alone would have had
+            keep = max_variance_subset(rewards, counted, distinct, G)  # [n, G] row indices within each group
+            rows = (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1)  # [n*G]
+            ro = select_rows(ro, rows)
+            rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rewards, distinct, kept, scored))
+            parts = {k: v.gather(1, keep.cpu()) for k, v in parts.items()}
+            std_gain = group_stats(rewards, kept & distinct).std - before
         # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
         # the loss and the group statistics
-        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & scores.kept.to(device)  # [n, G]
-        return SampledGroups(prompts, ro, rewards, scores.parts, scores.errors, scores.timeouts, distinct,
-                             scores.scored.to(device), valid, informative_groups(rewards, valid))
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
+        return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
+                             informative_groups(rewards, valid), std_gain)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
                generator: torch.Generator | None = None) -> SampledGroups:

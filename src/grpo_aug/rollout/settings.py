@@ -22,6 +22,7 @@ class RolloutSettings:
     filter: GroupFilter = field(default_factory=GroupFilter)
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
+    oversample: int = 1  # roll out oversample x group_size rows per prompt, keep the max-variance group_size
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -33,6 +34,8 @@ class RolloutSettings:
                 raise ValueError(f"rollout.temperatures[{i}] = {t} is negative")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.oversample < 1:
+            raise ValueError(f"rollout.oversample must be >= 1, got {self.oversample}")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
@@ -42,15 +45,20 @@ class RolloutSettings:
             raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
                              f"got {self.hint_template!r}")
 
+    @property
+    def rows_per_prompt(self) -> int:
+        """Rows rolled out per prompt: G, or oversample x G before down-sampling."""
+        return self.group_size * self.oversample
+
     def row_prompts(self, batch: Sequence[Prompt]) -> list[str]:
-        """B * G rollout prompts: slot g of each group carries hint g % len(hints), if any.
+        """B * rows_per_prompt rollout prompts: slot g of each group carries hint g % len(hints), if any.
 
         The hint goes into the question inside the formatted prompt; the reward still judges
         against the original record.
         """
         rows = []
         for p in batch:
-            for g in range(self.group_size):
+            for g in range(self.rows_per_prompt):
                 if not self.hints:
                     rows.append(p.prompt)
                     continue
@@ -59,6 +67,6 @@ class RolloutSettings:
         return rows
 
     def row_temperatures(self, num_prompts: int) -> torch.Tensor:
-        """[B * G]: row g of every group samples at temperatures[g % len(temperatures)]."""
-        slots = torch.tensor([self.temperatures[g % len(self.temperatures)] for g in range(self.group_size)])
-        return slots.repeat(num_prompts)  # [B * G]
+        """[B * rows_per_prompt]: row g of every group samples at temperatures[g % len(temperatures)]."""
+        slots = torch.tensor([self.temperatures[g % len(self.temperatures)] for g in range(self.rows_per_prompt)])
+        return slots.repeat(num_prompts)  # [B * rows_per_prompt]

@@ -1,0 +1,131 @@
+"""Prompt selectors (`rollout/selector=none|history|learned`): the chance a prompt's group comes out flat.
+
+A flat group (every counted row gets the same reward) has zero advantage everywhere: its rollout
+is compute spent on nothing. Before a rollout, `PromptSelection` (rollout/selection.py) asks the
+selector for each candidate's flat probability and skips it with that probability, capped at
+1 - `explore`: every prompt keeps a chance to show that the policy changed.
+
+    none     never skips
+    history  GRESO-style: flat probability 1 - decay^streak, from the prompt's flat streak alone
+    learned  a logistic regression on the prompt's bucket, length, smoothed pass rate, flat streak
+             and steps since last seen, trained online on every rolled-out group (no GPU, no
+             second network); it skips nothing until it has seen `warmup_groups` groups
+
+Selectors are deterministic functions of the shared history and their own state, which every rank
+updates with the same gathered outcomes in the same order: every rank decides alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_aug.data.history import PromptRecord
+from grpo_aug.data.records import BUCKETS
+
+
+class _Selector:
+    def __init__(self, explore: float = 0.1) -> None:
+        if not 0 < explore <= 1:
+            raise ValueError(f"rollout.selector.explore must be in (0, 1], got {explore}")
+        self.explore = explore
+
+    @property
+    def active(self) -> bool:
+        return True
+
+    def skip_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int) -> float:
+        return min(self.flat_probability(length, bucket, record, step), 1.0 - self.explore)
+
+    def flat_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int) -> float:
+        raise NotImplementedError
+
+    def learn(self, length: int, bucket: str, record: PromptRecord | None, step: int, flat: bool) -> None:
+        """One rolled-out group's label; `record` is the history as it was when the prompt was chosen."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class NoSelector(_Selector):
+    def __init__(self) -> None:
+        super().__init__(explore=1.0)
+
+    @property
+    def active(self) -> bool:
+        return False
+
+    def flat_probability(self, length, bucket, record, step) -> float:
+        return 0.0
+
+
+class HistorySelector(_Selector):
+    """A prompt seen flat `streak` times in a row is flat again with probability 1 - decay^streak."""
+
+    def __init__(self, decay: float = 0.5, explore: float = 0.1) -> None:
+        super().__init__(explore)
+        if not 0 <= decay < 1:
+            raise ValueError(f"rollout.selector.decay must be in [0, 1), got {decay}")
+        self.decay = decay
+
+    def flat_probability(self, length, bucket, record, step) -> float:
+        if record is None or record.flat_streak == 0:
+            return 0.0
+        return 1.0 - self.decay**record.flat_streak
+
+
+def features(length: int, bucket: str, record: PromptRecord | None, step: int) -> list[float]:
+    """The learned selector's inputs, each roughly in [0, 1]."""
+    seen = record is not None and record.attempts > 0
+    rate = record.smoothed_pass if seen else 0.0
+    since = step - record.last_seen if seen else 0
+    return [
+        1.0,  # bias
+        *(float(bucket == b) for b in BUCKETS),
+        min(length / 200.0, 2.0),  # prompt characters
+        float(seen),
+        rate,
+        4.0 * rate * (1.0 - rate),  # 1 at a pass rate of 0.5 (most spread), 0 at 0 and 1
+        float(seen and rate == 0.0),  # never solved yet
+        float(seen and rate == 1.0),  # always solved so far
+        min(record.flat_streak, 5) / 5.0 if seen else 0.0,
+        math.log1p(since) / 5.0,
+    ]
+
+
+class LearnedSelector(_Selector):
+    """Online logistic regression (one SGD step per rolled-out group, L2-regularised)."""
+
+    def __init__(self, lr: float = 0.2, l2: float = 1e-4, warmup_groups: int = 64, explore: float = 0.1) -> None:
+        super().__init__(explore)
+        if lr <= 0 or l2 < 0 or warmup_groups < 0:
+            raise ValueError(f"rollout.selector needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
+                             f"{warmup_groups}")
+        self.lr, self.l2, self.warmup_groups = lr, l2, warmup_groups
+        self.weights = [0.0] * len(features(0, BUCKETS[0], None, 0))
+        self.seen = 0
+
+    def _predict(self, x: list[float]) -> float:
+        z = sum(w * v for w, v in zip(self.weights, x, strict=True))
+        z = min(max(z, -30.0), 30.0)
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def flat_probability(self, length, bucket, record, step) -> float:
+        if self.seen < self.warmup_groups:
+            return 0.0
+        return self._predict(features(length, bucket, record, step))
+
+    def learn(self, length, bucket, record, step, flat) -> None:
+        x = features(length, bucket, record, step)
+        error = self._predict(x) - float(flat)  # d(log-loss)/dz
+        self.weights = [w - self.lr * (error * v + self.l2 * w) for w, v in zip(self.weights, x, strict=True)]
+        self.seen += 1
+
+    def state_dict(self) -> dict:
+        return {"weights": list(self.weights), "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.weights = [float(w) for w in state["weights"]]
+        self.seen = int(state["seen"])

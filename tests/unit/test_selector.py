@@ -1,0 +1,149 @@
+"""Prompt selection: skip probabilities by hand, seeded decisions, audits, learning, metrics."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from grpo_aug.data.history import Outcome, PromptHistory, PromptRecord
+from grpo_aug.data.records import Prompt
+from grpo_aug.rollout.selection import Gathered, Picked, PromptSelection
+from grpo_aug.rollout.selector import HistorySelector, LearnedSelector, NoSelector, features
+
+
+def _prompts(n, bucket="easy", prefix="p"):
+    return [Prompt(f"{prefix}{i}", f"What is {i} + 1?", f"Q: What is {i} + 1?\nA: ", str(i + 1), "", bucket)
+            for i in range(n)]
+
+
+POOL = _prompts(40, prefix="r")
+
+
+class Pool:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, bucket, n, step, round_, used, purpose="refill"):
+        self.calls.append((bucket, n, round_, purpose))
+        return [p for p in POOL if p.id not in used][:n]
+
+
+def test_history_selector_probabilities_by_hand():
+    s = HistorySelector(decay=0.5, explore=0.1)
+    assert s.skip_probability(10, "easy", None, 0) == 0.0
+    assert s.skip_probability(10, "easy", PromptRecord(attempts=3, flat_streak=0), 0) == 0.0
+    assert s.skip_probability(10, "easy", PromptRecord(attempts=1, flat_streak=1), 0) == 0.5
+    assert s.skip_probability(10, "easy", PromptRecord(attempts=2, flat_streak=2), 0) == 0.75
+    assert s.skip_probability(10, "easy", PromptRecord(attempts=9, flat_streak=9), 0) == 0.9  # explore floor
+
+
+def _selection(selector, history=None, audit=0.0, max_rounds=2, seed=0):
+    return PromptSelection(selector, history or PromptHistory(), Pool(), seed=seed, audit=audit, max_rounds=max_rounds)
+
+
+def test_pick_skips_by_seeded_draws_and_replaces_from_the_bucket():
+    history = PromptHistory()
+    batch = _prompts(8)
+    history.start({p.id: p.bucket for p in batch + POOL})
+    history.observe(0, [Outcome(p.id, 0.0, True, "easy") for p in batch for _ in range(3)])  # streak 3
+    sel = _selection(HistorySelector(decay=0.5, explore=0.1), history)
+    picked = sel.pick(batch, step=7)
+    # the same rule written out: skip where the (seed, step, id) draw falls under 1 - 0.5^3 = 0.875
+    expect_kept = [p.id for p in batch if random.Random(f"0-select-7-{p.id}").random() >= 0.875]
+    assert [p.id for p in picked.prompts[: len(expect_kept)]] == expect_kept
+    assert len(picked.prompts) == 8 and picked.skipped == 8 - len(expect_kept)
+    assert sel.pool.calls == [("easy", 8 - len(expect_kept), 1, "select")]  # fresh prompts have no streak
+    assert picked.considered == 8 + 8 - len(expect_kept)
+    # another rank (another object, same history, same seed) decides the same for the same prompt
+    assert _selection(HistorySelector(decay=0.5, explore=0.1), history).pick(batch, 7).prompts == picked.prompts
+
+
+def test_audits_roll_out_a_share_of_would_be_skips():
+    history = PromptHistory()
+    batch = _prompts(400)
+    history.observe(0, [Outcome(p.id, 1.0, True, "easy") for p in batch for _ in range(20)])
+    picked = _selection(HistorySelector(decay=0.5, explore=0.1), history, audit=0.25, max_rounds=0).pick(batch, 3)
+    # skip probability 0.9 each, a quarter of those audited: ~0.1 + 0.9 * 0.25 = 0.325 rolled out
+    assert 0.25 < len(picked.prompts) / 400 < 0.40
+    assert 0.15 < len(picked.audited) / 400 < 0.30
+    assert picked.skipped == 400 - len(picked.prompts)
+
+
+def test_a_step_never_rolls_out_nothing():
+    history = PromptHistory()
+    batch = _prompts(1)
+    history.observe(0, [Outcome("p0", 1.0, True, "easy")] * 50)
+    sel = PromptSelection(HistorySelector(explore=0.01), history, lambda *a, **k: [], seed=0, audit=0.0)
+    for step in range(30):
+        picked = sel.pick(batch, step)
+        assert [p.id for p in picked.prompts] == ["p0"]
+
+
+def test_no_selector_rolls_out_the_batch():
+    batch = _prompts(5)
+    picked = PromptSelection().pick(batch, 0)
+    assert picked.prompts == batch and picked.skipped == 0
+
+
+def test_learned_selector_one_sgd_step_by_hand():
+    s = LearnedSelector(lr=0.5, l2=0.0, warmup_groups=0)
+    x = features(100, "hard", None, 4)
+    s.learn(100, "hard", None, 4, flat=True)
+    # from zero weights p = 0.5, so each weight moves by -lr * (0.5 - 1) * x = 0.25 x
+    assert s.weights == pytest.approx([0.25 * v for v in x])
+    z = sum(0.25 * v * v for v in x)
+    assert s.flat_probability(100, "hard", None, 4) == pytest.approx(1 / (1 + math.exp(-z)))
+
+
+def test_learned_selector_learns_which_prompts_come_out_flat():
+    s = LearnedSelector(lr=0.2, warmup_groups=50)
+    rng = random.Random(0)
+    seen_never_solved = PromptRecord(attempts=2, smoothed_pass=0.0, flat_streak=2, last_seen=0)
+    half_solved = PromptRecord(attempts=2, smoothed_pass=0.5, flat_streak=0, last_seen=0)
+    assert s.flat_probability(40, "medium", seen_never_solved, 3) == 0.0  # still warming up
+    for _ in range(400):
+        if rng.random() < 0.5:
+            s.learn(40, "medium", seen_never_solved, 3, flat=rng.random() < 0.95)
+        else:
+            s.learn(40, "medium", half_solved, 3, flat=rng.random() < 0.05)
+    assert s.flat_probability(40, "medium", seen_never_solved, 3) > 0.8
+    assert s.flat_probability(40, "medium", half_solved, 3) < 0.2
+    copy = LearnedSelector()
+    copy.load_state_dict(s.state_dict())
+    assert copy.flat_probability(40, "medium", half_solved, 3) == s.flat_probability(40, "medium", half_solved, 3)
+
+
+class _Sampled:
+    def __init__(self, prompts, texts, informative):
+        self.prompts = prompts
+        self.rewards = torch.zeros(len(prompts), len(texts) // len(prompts))
+        self.rollout = type("R", (), {"texts": texts})()
+        self.informative = torch.tensor(informative)
+
+
+def test_observe_updates_history_from_every_rank_and_counts_the_window():
+    history = PromptHistory()
+    sel = _selection(HistorySelector(), history, audit=0.5)
+    mine = _prompts(2)
+    sampled = _Sampled(mine, ["A: 1", "A: 1", "A: 9", "A: 2"], [False, True])  # p0 right twice, p1 right once
+    picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5)
+    other = ([Gathered("x", 30, "easy", 0.0, True, False, 8)], 1, 3)  # the other rank's groups and counts
+    sel.observe(picked, sampled, 4, rows_per_group=2, gather=lambda mine_: [mine_, other])
+    assert history.get("p0").last_pass == 1.0 and history.get("p0").flat_streak == 1
+    assert history.get("p1").last_pass == 0.5 and history.get("p1").flat_streak == 0
+    assert history.get("x").attempts == 1 and history.get("x").last_seen == 4
+    m = sel.window_metrics()
+    # rows: p0 2 (flat), p1 2, x 8 (flat) -> 10 / 12 wasted; 4 skips of 8 considered;
+    # 1 audit, flat: precision 1; caught = 4 x 1, let through flat: x -> recall 4 / 5
+    assert m == pytest.approx({"rollout/flat_rows_frac": 10 / 12, "selector/skip_frac": 0.5,
+                               "selector/precision": 1.0, "selector/recall": 0.8})
+    assert sel.window_metrics() == {"selector/skip_frac": 0.0}  # a new window
+
+
+def test_no_selector_still_measures_the_waste():
+    sel = PromptSelection()
+    mine = _prompts(1)
+    sel.observe(Picked(mine, frozenset(), 0, 1), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
+    assert sel.window_metrics() == {"rollout/flat_rows_frac": 1.0}
+    assert isinstance(sel.selector, NoSelector)
