@@ -44,7 +44,8 @@ def max_variance_rows(rewards: list[float], counted: list[bool], distinct: list[
     return sorted(best)
 
 
-def max_variance_subset(rewards: torch.Tensor, counted: torch.Tensor, distinct: torch.Tensor, keep: int) -> torch.Tensor:
+def max_variance_subset(rewards: torch.Tensor, counted: torch.Tensor, distinct: torch.Tensor,
+                        keep: int) -> torch.Tensor:
     """rewards, counted, distinct: [n, kG] -> [n, keep] row indices within each group."""
     r, c, d = rewards.double().tolist(), counted.tolist(), distinct.tolist()
     picked = [max_variance_rows(r[b], c[b], d[b], keep) for b in range(len(r))]
