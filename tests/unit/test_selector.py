@@ -120,6 +120,7 @@ class _Sampled:
         self.rewards = torch.zeros(len(prompts), len(texts) // len(prompts))
         self.rollout = type("R", (), {"texts": texts})()
         self.informative = torch.tensor(informative)
+        self.tokens = 7
 
 
 def test_observe_updates_history_from_every_rank_and_counts_the_window():
@@ -128,7 +129,7 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     mine = _prompts(2)
     sampled = _Sampled(mine, ["A: 1", "A: 1", "A: 9", "A: 2"], [False, True])  # p0 right twice, p1 right once
     picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5)
-    other = ([Gathered("x", 30, "easy", 0.0, True, False, 8)], 1, 3)  # the other rank's groups and counts
+    other = ([Gathered("x", 30, "easy", 0.0, True, False, 8)], 1, 3, 5)  # the other rank's groups and counts
     sel.observe(picked, sampled, 4, rows_per_group=2, gather=lambda mine_: [mine_, other])
     assert history.get("p0").last_pass == 1.0 and history.get("p0").flat_streak == 1
     assert history.get("p1").last_pass == 0.5 and history.get("p1").flat_streak == 0
@@ -136,14 +137,14 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     m = sel.window_metrics()
     # rows: p0 2 (flat), p1 2, x 8 (flat) -> 10 / 12 wasted; 4 skips of 8 considered;
     # 1 audit, flat: precision 1; caught = 4 x 1, let through flat: x -> recall 4 / 5
-    assert m == pytest.approx({"rollout/flat_rows_frac": 10 / 12, "selector/skip_frac": 0.5,
+    assert m == pytest.approx({"rollout/tokens_total": 12, "rollout/flat_rows_frac": 10 / 12, "selector/skip_frac": 0.5,
                                "selector/precision": 1.0, "selector/recall": 0.8})
-    assert sel.window_metrics() == {"selector/skip_frac": 0.0}  # a new window
+    assert sel.window_metrics() == {"rollout/tokens_total": 12, "selector/skip_frac": 0.0}  # a new window
 
 
 def test_no_selector_still_measures_the_waste():
     sel = PromptSelection()
     mine = _prompts(1)
     sel.observe(Picked(mine, frozenset(), 0, 1), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
-    assert sel.window_metrics() == {"rollout/flat_rows_frac": 1.0}
+    assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0}
     assert isinstance(sel.selector, NoSelector)

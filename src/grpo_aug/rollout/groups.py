@@ -39,6 +39,7 @@ class SampledGroups(NamedTuple):
     valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
     informative: torch.Tensor  # [n] groups whose counted rewards differ
     std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
+    tokens: int  # tokens generated, rows dropped by down-sampling included
     rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
 
 
@@ -57,6 +58,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
         std_gain=torch.cat([r.std_gain for r in rounds]),
+        tokens=sum(r.tokens for r in rounds),
         rounds=len(rounds),
     )
 
@@ -85,6 +87,7 @@ class GroupSampler:
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]
+        tokens = int(lengths.sum())
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
         distinct = s.dedup(completions).to(device)  # [n, R]
@@ -103,7 +106,7 @@ class GroupSampler:
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
-                             informative_groups(rewards, valid), std_gain)
+                             informative_groups(rewards, valid), std_gain, tokens)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
                generator: torch.Generator | None = None) -> SampledGroups:
