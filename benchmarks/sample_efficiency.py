@@ -58,13 +58,17 @@ def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dic
     events = read_events(out)
     evals = {b: sorted(events.get(f"eval/accuracy/{b}", [])) for b in ("easy", "medium")}
     t0 = evals["easy"][0][1]
-    tokens = dict((s, v) for s, _, v in events.get("rollout/tokens_total", []))
+    logged = sorted((s, v) for s, _, v in events.get("rollout/tokens_total", []))
+
+    def tokens_at(step: int) -> float:  # logged every trainer.log_every_n_steps: the latest by then
+        return max((v for s, v in logged if s <= step), default=0.0)
+
     easy = [v for _, _, v in evals["easy"]]
     flat = [v for s, _, v in events.get("rollout/flat_rows_frac", []) if s > evals["easy"][1][0]]
     return {
         "steps": [s for s, _, _ in evals["easy"]],
         "seconds": [round(w - t0, 1) for _, w, _ in evals["easy"]],
-        "tokens": [tokens.get(s, 0.0) for s, _, _ in evals["easy"]],
+        "tokens": [tokens_at(s) for s, _, _ in evals["easy"]],
         "easy": easy,
         "medium": [v for _, _, v in evals["medium"]],
         "final_easy": statistics.mean(easy[-3:]),
