@@ -87,7 +87,8 @@ def make_report(rewards, temperatures=None, **over) -> StepReport:
                   lengths=torch.full((n,), 4), truncated=torch.zeros(n, dtype=torch.bool), advantages=torch.zeros(n),
                   loss_tokens=torch.tensor(8.0), generated_tokens=torch.tensor(4.0 * n), refill_rounds=zero,
                   refill_exhausted=zero, kl_mean=zero, kl_max=zero, entropy_mean=torch.tensor(1.0), clip_frac=zero,
-                  clip_frac_low=zero, clip_frac_high=zero, nonfinite=zero, samples=[])
+                  clip_frac_low=zero, clip_frac_high=zero, nonfinite=zero, junk_chars=zero,
+                  completion_chars=torch.tensor(4.0 * n), samples=[])
     fields.update(over)
     return StepReport(**fields)
 

@@ -127,7 +127,7 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(tmp_path):
 def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
     variant = ["algo.num_iterations=2", "algo.minibatches=2", "reward=soft_math", "algo/loss=token_mean",
                "rollout.filter.zero_std=false",
-               "algo/beta=relax", "algo.kl=k2", "algo.clip_eps_high=0.28", "algo.overlong_buffer=2",
+               "algo/beta=relax", "algo/kl=k2", "algo.clip_eps_high=0.28", "algo.overlong_buffer=2",
                "algo.repeat_ngram=2", "trainer.max_steps=8", "trainer.val_check_interval=1"]
     first = run_train(tmp_path / "a", ["debug=fast", *TINY, *variant])
     assert first.returncode == 0, first.stderr[-3000:]

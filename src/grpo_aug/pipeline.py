@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_aug.callbacks import SampleHealth
 from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.resume import latest_checkpoint
 from grpo_aug.rollout.settings import RolloutSettings
@@ -25,33 +26,25 @@ from grpo_aug.rollout.settings import RolloutSettings
 log = logging.getLogger(__name__)
 
 
-def prepare_model(model_cfg: DictConfig, records, cache_dir: str, seed: int) -> str:
+def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int) -> str:
     """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up."""
-    path = model_cfg.name_or_path
+    path = model.name_or_path
     if path is None:
-        if model_cfg.get("tiny") is None:
-            raise ValueError("model.name_or_path is null and model.tiny is not set: nothing to load")
-        path = instantiate(model_cfg.tiny)(cache_dir=cache_dir, seed=seed)
-    warm = model_cfg.warmup
-    if warm.steps > 0:
-        path = supervised_warmup(path, records, cache_dir, warm.steps, warm.lr, warm.batch_size, warm.buckets, seed,
-                                 warm.off_by_one)
+        path = model.tiny(cache_dir=cache_dir, seed=seed)
+    if model.warmup.steps > 0:
+        path = supervised_warmup(path, records, cache_dir, model.warmup, seed)
     return str(path)
 
 
 def check_run(cfg: DictConfig) -> None:
-    """The run-level numbers that no settings class owns: the optimizer's lr and the run length."""
+    """The run-level numbers that no settings class owns: the optimizer's lr (a partial until the
+    parameters exist) and the run length."""
     lr = cfg.model.optimizer.get("lr")
     if lr is not None and not lr > 0:
         raise ValueError(f"model.optimizer.lr must be > 0, got {lr}")
     steps = cfg.trainer.get("max_steps")
     if steps is None or steps < 1:
         raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
-    if cfg.model.get("lr_warmup_steps", 0) < 0:
-        raise ValueError(f"model.lr_warmup_steps must be >= 0, got {cfg.model.lr_warmup_steps}")
-    final = cfg.model.get("lr_final_ratio", 1.0)
-    if not 0 <= final <= 1:
-        raise ValueError(f"model.lr_final_ratio must be in [0, 1], got {final}")
 
 
 def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | None]:
@@ -66,6 +59,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     """Module, data and callbacks, without a Trainer (preflight needs no more)."""
     # settings first: a bad value fails here, before any data or model is loaded
     check_run(cfg)
+    model = instantiate(cfg.model)
     rollout, selection_cfg = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
@@ -82,17 +76,16 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         selection = instantiate(selection_cfg, history=datamodule.history, prompt_pool=datamodule.draw_prompts,
                                 seed=cfg.seed)
 
-    model_path = prepare_model(cfg.model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
     module = GRPOModule(
-        name_or_path=model_path,
-        optimizer=instantiate(cfg.model.optimizer),
+        name_or_path=prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed),
+        optimizer=model.optimizer,
         reward=reward,
         rollout=rollout,
         algo=algo,
-        dtype=cfg.model.dtype,
-        eval_max_new_tokens=cfg.model.eval_max_new_tokens,
-        lr_warmup_steps=cfg.model.lr_warmup_steps,
-        lr_final_ratio=cfg.model.get("lr_final_ratio", 1.0),
+        dtype=model.dtype,
+        eval_max_new_tokens=model.eval_max_new_tokens,
+        lr_warmup_steps=model.lr_warmup_steps,
+        lr_final_ratio=model.lr_final_ratio,
         prompt_pool=datamodule.draw_prompts,
         seed=cfg.seed,
         selection=selection,

@@ -46,6 +46,15 @@ def test_high_std_kl_spike_tokens_polarisation_nonfinite():
     assert set(check(window(nonfinite=1.0), T)) == {"non_finite_loss"}
 
 
+def test_junk_tokens_names_the_share_and_the_likely_cause():
+    junky = check([HEALTHY._replace(junk=0.05)] * 10, T)
+    assert set(junky) == {"junk_tokens"} and "5.0% of completion characters" in junky["junk_tokens"]
+    assert "tokenizer" in junky["junk_tokens"]
+    assert check([HEALTHY._replace(junk=0.01)] * 10, T) == {}  # below max_junk 0.02
+    report = make_report([[1.0, 0.0]], junk_chars=torch.tensor(2.0), completion_chars=torch.tensor(8.0))
+    assert StepStats(*step_stats(report).tolist()).junk == 0.25
+
+
 def test_steps_without_an_update_neither_drag_the_kl_median_nor_count_as_junk():
     # every other step had all its groups filtered out (no loss token, KL reported 0)
     empty = HEALTHY._replace(kl_mean=0.0, loss_tokens=0.0, effective_ratio=1.0)

@@ -24,8 +24,11 @@ def test_health_values_by_hand():
         advantages=torch.tensor([1.5, -0.5, -0.5, 0.0, 0.5]),
         refill_rounds=torch.tensor(2.0),
         refill_exhausted=torch.tensor(1.0),
+        junk_chars=torch.tensor(3.0),
+        completion_chars=torch.tensor(60.0),
     )
     v = {k: value.item() for k, (value, _) in health_values(outputs).items()}
+    assert v["health/junk_frac"] == pytest.approx(3 / 60)
     assert v["health/reward_mean"] == pytest.approx(15 / 12)
     # group stds (unbiased): {1,0,0,0} -> 0.5; all ones -> 0; {0,5,0,5} -> sqrt(25/3) = 2.887
     assert v["health/reward_std"] == pytest.approx((0.5 + 0 + (25 / 3) ** 0.5) / 3, rel=1e-5)

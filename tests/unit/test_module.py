@@ -7,9 +7,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from grpo_aug.algo.loss import policy_loss
+from grpo_aug.algo.optim import lr_factor
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule, NonFiniteTraining, lr_factor
+from grpo_aug.models.module import GRPOModule, NonFiniteTraining
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings

@@ -9,6 +9,7 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import (
     FormatReward,
     MathReward,
+    NoWinsorize,
     RepetitionReward,
     RewardFunction,
     RewardSet,
@@ -127,12 +128,12 @@ def test_winsorize_against_hand_computed_quantiles():
     valid = torch.ones_like(rewards, dtype=torch.bool)
     # linear interpolation over 5 sorted values: q=0.9 sits at position 3.6 -> 30 + 0.6 * 70 = 72;
     # q=0.1 at position 0.4 -> 0 + 0.4 * 10 = 4
-    out = Winsorize(enabled=True, lower=0.1, upper=0.9)(rewards, valid)
+    out = Winsorize(lower=0.1, upper=0.9)(rewards, valid)
     assert torch.allclose(out, torch.tensor([[4.0, 10.0, 20.0, 30.0, 72.0]]))
     # invalid rows do not shape the quantiles: over {0, 10, 20} q=0.5 is 10
     valid2 = torch.tensor([[True, True, True, False, False]])
-    out2 = Winsorize(enabled=True, lower=0.0, upper=0.5)(rewards, valid2)
+    out2 = Winsorize(lower=0.0, upper=0.5)(rewards, valid2)
     assert out2.tolist() == [[0.0, 10.0, 10.0, 10.0, 10.0]]
-    assert torch.equal(Winsorize(enabled=False)(rewards, valid), rewards)
+    assert torch.equal(NoWinsorize()(rewards, valid), rewards)
     with pytest.raises(ValueError, match="lower=0.9, upper=0.1"):
         Winsorize(lower=0.9, upper=0.1)

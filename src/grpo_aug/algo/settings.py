@@ -8,14 +8,14 @@ from typing import Any
 
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
-from grpo_aug.algo.kl import KL_ESTIMATORS
+from grpo_aug.algo.kl import k3_kl
 
 
 @dataclass(frozen=True)
 class AlgoSettings:
     loss: Any = field(default_factory=RowMean)  # an aggregation variant from algo/loss
     beta: Any = field(default_factory=ConstantBeta)  # a KL-coefficient schedule from algo/beta
-    kl: str = "k3"
+    kl: Any = k3_kl  # a KL estimator from algo/kl: (logps, ref_logps, bound) -> per-token KL
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     adv_clip: float = 10.0
@@ -40,7 +40,8 @@ class AlgoSettings:
             raise ValueError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
                              f"relax, then e.g. algo.beta.value=0.04), got {self.beta!r}")
         checks = [
-            (self.kl in KL_ESTIMATORS, f"algo.kl must be one of {sorted(KL_ESTIMATORS)}, got {self.kl!r}"),
+            (callable(self.kl), f"algo.kl must be an estimator from the algo/kl group (algo/kl=k1|k2|k3), "
+                                f"got {self.kl!r}"),
             (0 <= self.clip_eps_low < 1, f"algo.clip_eps_low must be in [0, 1), got {self.clip_eps_low}"),
             (0 <= self.clip_eps_high < 1, f"algo.clip_eps_high must be in [0, 1), got {self.clip_eps_high}"),
             (self.adv_clip > 0, f"algo.adv_clip must be > 0, got {self.adv_clip}"),
@@ -69,10 +70,6 @@ class AlgoSettings:
     @property
     def updates_per_rollout(self) -> int:
         return self.num_iterations * self.minibatches
-
-    @property
-    def kl_fn(self):
-        return KL_ESTIMATORS[self.kl]
 
     @property
     def compiled_templates(self) -> list[re.Pattern]:

@@ -11,6 +11,8 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     low_effective_tokens  share of the update's generated tokens that carry loss < min_effective_tokens
     length_polarisation   p90 / p10 of completion lengths > max_polarisation
     non_finite_loss       an update's loss or gradient norm was NaN/inf (the update was skipped)
+    junk_tokens           share of completion characters that are junk (U+FFFD, control characters,
+                          letters outside the prompt's script) > max_junk
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from grpo_aug.report import StepReport
 
 log = logging.getLogger(__name__)
 
-ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss")
+ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss",
+          "junk_tokens")
 
 
 class StepStats(NamedTuple):
@@ -44,6 +47,7 @@ class StepStats(NamedTuple):
     nonfinite: float  # updates skipped for a non-finite loss or gradient norm
     max_temperature: float
     loss_tokens: float = 1.0  # 0: no group entered the update (the KL and token shares are not defined)
+    junk: float = 0.0  # share of completion characters that are junk
 
 
 def step_stats(report: StepReport) -> torch.Tensor:
@@ -61,7 +65,7 @@ def step_stats(report: StepReport) -> torch.Tensor:
     effective = report.loss_tokens / generated if generated > 0 else torch.ones(())
     values = [mean_std(group_stats(rewards, report.counted)), counted_mean(rewards, scored), seen.min(), seen.max(),
               report.kl_mean, effective, polarisation(p10, p90), report.nonfinite, report.temperatures.max(),
-              report.loss_tokens]
+              report.loss_tokens, report.junk_chars / report.completion_chars.clamp(min=1)]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -73,6 +77,7 @@ class Thresholds(NamedTuple):
     min_effective_tokens: float = 0.5
     max_polarisation: float = 8.0
     near_greedy: float = 0.05
+    max_junk: float = 0.02
 
 
 def low_std_cause(window: Sequence[StepStats], t: Thresholds) -> str:
@@ -101,7 +106,7 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
         fired["low_std"] = f"group reward std {std:.3f} < {t.low_std:g}; likely cause: {low_std_cause(window, t)}"
     if std > t.high_std:
         fired["high_std"] = (f"group reward std {std:.3f} > {t.high_std:g}: outliers dominate; enable "
-                             "reward.winsorize.enabled=true or lower algo.adv_clip")
+                             "reward/winsorize=quantile or lower algo.adv_clip")
     earlier = [s.kl_mean for s in window[:-1] if s.loss_tokens > 0]  # steps without an update have no KL
     if earlier and last.loss_tokens > 0:
         median = statistics.median(earlier)
@@ -117,6 +122,12 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     if polar > t.max_polarisation:
         fired["length_polarisation"] = (f"completion lengths are polarised (p90/p10 = {polar:.1f}): some stop at "
                                         "once, others run to the limit; look at the text samples")
+    junk = statistics.fmean(s.junk for s in window)
+    if junk > t.max_junk:
+        fired["junk_tokens"] = (f"{junk:.1%} of completion characters are junk (U+FFFD, control characters, letters "
+                                "outside the prompt's script); likely cause: a tokenizer that does not match the model "
+                                "or decodes byte pieces apart, a wrong chat template, or temperatures so high that "
+                                "sampling leaves the language; look at the text samples")
     return fired
 
 

@@ -17,6 +17,8 @@ health/truncation_rate            completions that hit max_new_tokens without EO
 health/completion_length_mean, _p10, _p50, _p90
 health/length_polarisation        p90 / p10 of completion lengths: >> 1 means some completions stop
                                   at once while others run long (two populations, not one spread)
+health/junk_frac                  completion characters that are U+FFFD, control characters or letters
+                                  outside the prompt's script (rollout/junk.py): tokenizer/template trouble
 rollout/unique_ratio              completions that are not near-copies of another in their group
 rollout/groups_dropped_frac       groups left out of the update: too few distinct completions, or no spread
                                   under rollout.filter.zero_std
@@ -81,6 +83,7 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
         "health/adv_abs_mean": (advantages.abs().mean() if advantages.numel() else 0 * one, one * advantages.numel()),
         "health/truncation_rate": (report.truncated.float().mean(), rows),
         "health/completion_length_mean": (lengths.mean(), rows),
+        "health/junk_frac": (report.junk_chars / report.completion_chars.clamp(min=1), report.completion_chars),
         "rollout/unique_ratio": (report.distinct.float().mean(), rows),
         "rollout/groups_dropped_frac": ((~report.valid.any(dim=1)).float().mean(), one * rewards.shape[0]),
         "rollout/zero_std_frac": (zero_std, with_std),

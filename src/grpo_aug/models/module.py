@@ -12,62 +12,29 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import NamedTuple
 
 import lightning as L
 import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss
-from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import loss_mask
+from grpo_aug.algo.optim import gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
-from grpo_aug.report import StepReport, text_samples
+from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 from grpo_aug.rewards import MathReward, RewardSet
-from grpo_aug.rollout import Rollout, generate
-from grpo_aug.rollout.groups import GroupSampler, PromptPool, SampledGroups
+from grpo_aug.rollout import generate
+from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
-
-
-def lr_factor(step: int, warmup: int, total: int, final: float = 1.0) -> float:
-    """The lr multiplier at optimizer step `step`: a linear ramp over `warmup` steps (Adam's first
-    updates move every weight by ~lr whatever the gradient, and early policy-gradient estimates are
-    mostly noise), then linear decay to `final` at step `total` (with mu = 1 the PPO clip never
-    binds, so late updates are bounded by the lr alone). total = 0: no decay."""
-    ramp = min(1.0, (step + 1) / (max(warmup, 0) + 1))
-    if total <= warmup or final == 1.0:
-        return ramp
-    progress = min(max((step - warmup) / (total - warmup), 0.0), 1.0)
-    return ramp * (1.0 - (1.0 - final) * progress)
-
-
-def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
-    """L2 norm of this rank's gradients (its shard under FSDP/ZeRO); inf or NaN if any entry is."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-
-
-class PreparedStep(NamedTuple):
-    sampled: SampledGroups  # [N] groups: everything that was rolled out this step, refills included
-    groups: torch.Tensor  # [B] the groups that enter the update (all N unless the zero-std filter is on)
-    valid: torch.Tensor  # [N, G] counted rows of the groups in the update
-    rollout: Rollout  # [B*G] rows of the groups in the update
-    mask: torch.Tensor  # [B*G, T] tokens that carry loss
-    advantages: torch.Tensor  # [B*G]
-    ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
-    old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
-    refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
 
 
 class NonFiniteTraining(RuntimeError):
@@ -216,7 +183,7 @@ class GRPOModule(L.LightningModule):
                 f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
                 f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
                 "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
-        return {"report": self._report(step, updates, kl_mean), "updates": updates}
+        return {"report": step_report(step, updates, kl_mean, self.rollout_settings.group_size), "updates": updates}
 
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""
@@ -326,7 +293,7 @@ class GRPOModule(L.LightningModule):
         mask = step.mask[rows, :t]  # [c, t]
         loss, stats = policy_loss(
             logps, step.ref_logps[rows, :t], old, step.advantages[rows], mask, beta=beta,
-            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl_fn, aggregate=aggregate,
+            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl, aggregate=aggregate,
         )
         stats["tokens"] = mask.sum()
         if ent is not None:
@@ -342,23 +309,6 @@ class GRPOModule(L.LightningModule):
             return value
         return float(self.trainer.strategy.reduce(torch.tensor(value, device=self.device), reduce_op="mean"))
 
-    def _report(self, step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor) -> StepReport:
-        sampled, G = step.sampled, self.rollout_settings.group_size
-        counted_in_update = step.valid[step.groups].reshape(-1)  # [B*G]
-        device = self.device
-        return StepReport(
-            bucket=sampled.prompts[0].bucket, rewards=sampled.rewards, scored=sampled.scored, counted=sampled.valid,
-            valid=step.valid, distinct=sampled.distinct, temperatures=sampled.rollout.temperatures,
-            lengths=sampled.rollout.completion_mask.sum(dim=1), truncated=sampled.rollout.truncated,
-            advantages=step.advantages[counted_in_update], loss_tokens=step.mask.sum(),
-            generated_tokens=step.rollout.completion_mask.sum(),
-            refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
-            refill_exhausted=torch.tensor(float(step.refill_exhausted), device=device),
-            kl_mean=kl_mean, kl_max=updates["kl_max"].max(), entropy_mean=updates["entropy"][0],
-            clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
-            clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
-            samples=text_samples(sampled, step.groups, step.advantages, G))
-
     def _last_checkpoint_hint(self) -> str:
         ckpt = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or ""
         return f"Last checkpoint: {ckpt}." if ckpt else "No checkpoint was saved yet."
@@ -370,32 +320,15 @@ class GRPOModule(L.LightningModule):
 
     def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float) -> None:
         sampled = step.sampled
-        values = {
-            "train/loss": summary["loss"].mean(),
-            "train/reward": counted_mean(sampled.rewards, sampled.scored),
-            "train/beta": torch.tensor(float(beta)),
-            "train/effective_token_ratio": step.mask.sum() / step.rollout.completion_mask.sum().clamp(min=1),
-            "train/skipped_nonfinite": torch.tensor(float(self.skipped_total)),  # running count
-        }
-        if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
-            values["train/ratio_max"] = summary["ratio_max"].max()
-            values["train/kl_max"] = summary["kl_max"].max()
-            for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
-                values[f"train/{name}"] = summary[name].mean()
-        for name, scores in sampled.parts.items():
-            scored = ~scores.isnan()
-            if scored.any():
-                values[f"reward/{name}/mean"] = scores[scored].mean()
+        for name in sampled.parts:
             self.reward_errors[name] += sampled.errors[name]
             self.reward_timeouts[name] += sampled.timeouts[name]
-            values[f"reward/errors/{name}"] = torch.tensor(float(self.reward_errors[name]))  # running count
-            if self.reward.timed is not None:
-                values[f"reward/timeouts/{name}"] = torch.tensor(float(self.reward_timeouts[name]))
+        values = train_scalars(step, summary, beta, self.skipped_total, self.reward_errors,
+                               self.reward_timeouts if self.reward.timed is not None else None,
+                               self.rollout_settings.oversample > 1)
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
         # Lightning's own logging step would count rollouts, not the steps every other curve uses
-        if self.rollout_settings.oversample > 1:
-            values["rollout/oversample_std_gain"] = sampled.std_gain.mean()
         window = self.global_step // self.trainer.log_every_n_steps
         if window > self.logged_window:
             self.logged_window = window

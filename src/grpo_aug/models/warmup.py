@@ -26,6 +26,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
+from grpo_aug.models.settings import WarmupSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +61,15 @@ def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch
     return ids, attn, lab
 
 
-def supervised_warmup(
-    name_or_path: str | Path,
-    records: Sequence[Prompt],
-    cache_dir: str | Path,
-    steps: int,
-    lr: float = 1e-3,
-    batch_size: int = 64,
-    buckets: Sequence[str] = ("easy",),
-    seed: int = 0,
-    off_by_one_rate: float = 0.0,
-) -> Path:
-    """Train `steps` SFT steps on the solutions of `records` in `buckets`; return the saved dir."""
-    if not 0.0 <= off_by_one_rate <= 1.0:
-        raise ValueError(f"model.warmup.off_by_one must be in [0, 1], got {off_by_one_rate}")
-    pool = [r for r in records if r.bucket in buckets]
+def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache_dir: str | Path,
+                      settings: WarmupSettings, seed: int = 0) -> Path:
+    """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir."""
+    steps, lr, batch_size = settings.steps, settings.lr, settings.batch_size
+    pool = [r for r in records if r.bucket in settings.buckets]
     if not pool:
-        raise ValueError(f"model.warmup.buckets={list(buckets)} selects no training prompts")
+        raise ValueError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
     noise = random.Random(f"{seed}-off-by-one")
-    pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < off_by_one_rate else r for r in pool]
+    pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r for r in pool]
     data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
     spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
                 schedule="cosine")

@@ -5,9 +5,9 @@ from grpo_aug.rewards.extract import extract_answer, to_number
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
-from grpo_aug.rewards.winsorize import Winsorize
+from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 
 __all__ = [
     "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores", "ScriptReward",
-    "SimilarityReward", "SoftMathReward", "Winsorize", "extract_answer", "to_number",
+    "NoWinsorize", "SimilarityReward", "SoftMathReward", "Winsorize", "extract_answer", "to_number",
 ]

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.winsorize import Winsorize
+from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 from grpo_aug.rewards.worker import TimedCalls
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Scores(NamedTuple):
 
 class RewardSet:
     def __init__(self, functions: Sequence[RewardFunction], on_error: str = "raise",
-                 winsorize: Winsorize | None = None, timeout_s: float | None = None) -> None:
+                 winsorize: Winsorize | NoWinsorize | None = None, timeout_s: float | None = None) -> None:
         if not functions:
             raise ValueError("reward.functions is empty: at least one reward function is needed")
         if on_error not in ON_ERROR:
@@ -77,7 +77,7 @@ class RewardSet:
             names.add(rf.name)
         self.functions = list(functions)
         self.on_error = on_error
-        self.winsorize = winsorize or Winsorize(enabled=False)
+        self.winsorize = winsorize or NoWinsorize()
         self.timed = None if timeout_s is None else TimedCalls([rf.fn for rf in self.functions], timeout_s)
 
     def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]]) -> Scores:

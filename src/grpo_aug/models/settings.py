@@ -1,0 +1,63 @@
+"""Validated model settings (`model`): what to load, the supervised warm-up, the optimizer and the
+lr schedule. Checked when the config is composed, before any model loads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_aug.data.records import BUCKETS
+from grpo_aug.models.loading import DTYPES
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    """A short supervised warm-up on the training solutions (see models/warmup.py); steps 0: off."""
+
+    steps: int = 0
+    lr: float = 1e-3
+    batch_size: int = 64
+    buckets: Sequence[str] = ("easy",)
+    off_by_one: float = 0.0  # share of demonstrations whose final result is one too high
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "buckets", tuple(self.buckets))
+        checks = [
+            (self.steps >= 0, f"model.warmup.steps must be >= 0, got {self.steps}"),
+            (self.lr > 0, f"model.warmup.lr must be > 0, got {self.lr}"),
+            (self.batch_size >= 1, f"model.warmup.batch_size must be >= 1, got {self.batch_size}"),
+            (0.0 <= self.off_by_one <= 1.0, f"model.warmup.off_by_one must be in [0, 1], got {self.off_by_one}"),
+            (all(b in BUCKETS for b in self.buckets),
+             f"model.warmup.buckets must be among {list(BUCKETS)}, got {list(self.buckets)}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    name_or_path: str | None = None  # a hub id or a local directory; None: build model.tiny
+    optimizer: Callable[..., Any] | None = None  # a partial optimizer class; params are given later
+    dtype: str = "float32"
+    tiny: Callable[..., str] | None = None  # builds and saves the offline tiny model, returns its path
+    warmup: WarmupSettings = field(default_factory=WarmupSettings)
+    lr_warmup_steps: int = 0  # linear lr ramp over the first GRPO steps
+    lr_final_ratio: float = 1.0  # linear decay to this share of the lr at trainer.max_steps
+    eval_max_new_tokens: int | None = None  # None: rollout.max_new_tokens
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.name_or_path is not None or self.tiny is not None,
+             "model.name_or_path is null and model.tiny is not set: nothing to load"),
+            (self.optimizer is not None, "model.optimizer is not set (e.g. a partial torch.optim.AdamW)"),
+            (self.dtype in DTYPES, f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}"),
+            (self.lr_warmup_steps >= 0, f"model.lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}"),
+            (0 <= self.lr_final_ratio <= 1, f"model.lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}"),
+            (self.eval_max_new_tokens is None or self.eval_max_new_tokens >= 1,
+             f"model.eval_max_new_tokens must be >= 1 or null, got {self.eval_max_new_tokens}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)

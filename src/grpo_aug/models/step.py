@@ -1,0 +1,77 @@
+"""What one GRPO step carries from the rollout to the update, and what it reports afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import torch
+
+from grpo_aug.algo.group_stats import counted_mean
+from grpo_aug.report import StepReport, text_samples
+from grpo_aug.rollout.groups import SampledGroups
+from grpo_aug.rollout.junk import junk_count
+from grpo_aug.rollout.types import Rollout
+
+
+class PreparedStep(NamedTuple):
+    sampled: SampledGroups  # [N] groups: everything that was rolled out this step, refills included
+    groups: torch.Tensor  # [B] the groups that enter the update (all N unless the zero-std filter is on)
+    valid: torch.Tensor  # [N, G] counted rows of the groups in the update
+    rollout: Rollout  # [B*G] rows of the groups in the update
+    mask: torch.Tensor  # [B*G, T] tokens that carry loss
+    advantages: torch.Tensor  # [B*G]
+    ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
+    old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
+    refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
+
+
+def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int) -> StepReport:
+    """What the callbacks get from one step (updates: per-update stats, [U] each)."""
+    sampled = step.sampled
+    counted_in_update = step.valid[step.groups].reshape(-1)  # [B*G]
+    device = kl_mean.device
+    junk, chars = junk_count([p.prompt for p in sampled.prompts for _ in range(G)], sampled.rollout.texts)
+    return StepReport(
+        bucket=sampled.prompts[0].bucket, rewards=sampled.rewards, scored=sampled.scored, counted=sampled.valid,
+        valid=step.valid, distinct=sampled.distinct, temperatures=sampled.rollout.temperatures,
+        lengths=sampled.rollout.completion_mask.sum(dim=1), truncated=sampled.rollout.truncated,
+        advantages=step.advantages[counted_in_update], loss_tokens=step.mask.sum(),
+        generated_tokens=step.rollout.completion_mask.sum(),
+        refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
+        refill_exhausted=torch.tensor(float(step.refill_exhausted), device=device),
+        kl_mean=kl_mean, kl_max=updates["kl_max"].max(), entropy_mean=updates["entropy"][0],
+        clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
+        clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
+        junk_chars=torch.tensor(float(junk), device=device),
+        completion_chars=torch.tensor(float(chars), device=device),
+        samples=text_samples(sampled, step.groups, step.advantages, G))
+
+
+def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
+                  reward_errors: Mapping[str, int], reward_timeouts: Mapping[str, int] | None,
+                  oversampled: bool = False) -> dict:
+    """train/* and reward/* for one step; running counts are this run's so far."""
+    sampled = step.sampled
+    values = {
+        "train/loss": summary["loss"].mean(),
+        "train/reward": counted_mean(sampled.rewards, sampled.scored),
+        "train/beta": torch.tensor(float(beta)),
+        "train/effective_token_ratio": step.mask.sum() / step.rollout.completion_mask.sum().clamp(min=1),
+        "train/skipped_nonfinite": torch.tensor(float(skipped_total)),
+    }
+    if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
+        values["train/ratio_max"] = summary["ratio_max"].max()
+        values["train/kl_max"] = summary["kl_max"].max()
+        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+            values[f"train/{name}"] = summary[name].mean()
+    for name, scores in sampled.parts.items():
+        scored = ~scores.isnan()
+        if scored.any():
+            values[f"reward/{name}/mean"] = scores[scored].mean()
+        values[f"reward/errors/{name}"] = torch.tensor(float(reward_errors[name]))
+        if reward_timeouts is not None:
+            values[f"reward/timeouts/{name}"] = torch.tensor(float(reward_timeouts[name]))
+    if oversampled:
+        values["rollout/oversample_std_gain"] = sampled.std_gain.mean()
+    return values
