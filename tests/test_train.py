@@ -59,6 +59,32 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert (run / "policy" / "model.safetensors").is_file()
 
 
+ACTING = ["rollout/selector=learned", "rollout.selector.predictor.warmup_groups=2", "data/difficulty=online",
+          "rollout.oversample=2"]
+
+
+def test_selector_online_difficulty_and_oversampling_log_and_checkpoint_their_state(tmp_path):
+    result = run_train(tmp_path, ["debug=fast", *TINY, *ACTING, "trainer.max_steps=6"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    scalars = read_scalars(run)
+    for tag in ("selector/skip_frac", "rollout/flat_rows_frac", "rollout/tokens_total", "rollout/oversample_std_gain",
+                "health/junk_frac"):
+        assert all_finite(scalars.get(tag, [])), f"{tag}: {scalars.get(tag)}"
+    tokens = [v for _, v in scalars["rollout/tokens_total"]]
+    assert tokens == sorted(tokens) and tokens[0] > 0
+    # the untrained model is right only by chance: most groups are flat, and easy prompts it never
+    # solved (pass rate <= 0.1) move to hard
+    flat = [v for _, v in scalars["rollout/flat_rows_frac"]]
+    assert all(0 <= v <= 1 for v in flat) and sum(flat) / len(flat) > 0.5
+    assert scalars["curriculum/moved/easy_hard"][-1][1] > 0
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    state = next(v for k, v in last.items() if k.endswith("PromptDataModule"))["history"]
+    seen = last["run_state"]["selection"]["selector"]["seen"]  # groups the learned selector trained on
+    assert seen >= 6 and sum(r["attempts"] for r in state["records"].values()) == seen
+    assert all(r["last_seen"] <= 5 for r in state["records"].values())
+
+
 def test_windows_without_loss_tokens_log_no_nan_anywhere(tmp_path):
     """An untrained model scores 0 everywhere: with the zero-std filter every group leaves the
     update, so no step has a loss token. Token-weighted curves get no point; nothing is NaN,
@@ -166,7 +192,7 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
     health/*, rollout/* and eval/* point equals the uninterrupted run's."""
     common = ["debug=fast", *TINY, "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=3",
               "callbacks.health.every_n_steps=2", "callbacks.health.bucket_every_n_steps=4",
-              "reward=similarity", "rollout.filter.zero_std=true", "rollout.filter.refill=true"]
+              "reward=similarity", "rollout.filter.zero_std=true", "rollout.filter.refill=true", *ACTING]
     whole = run_train(tmp_path / "whole", common, cache=tmp_path / "cache")
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = run_train(tmp_path / "cut", [*common, "+callbacks.kill._target_=helpers.KillAt",
@@ -180,7 +206,8 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
     expected, got = read_scalars(tmp_path / "whole" / "run"), read_scalars(tmp_path / "cut" / "run")
     compared = 0
     for tag, points in expected.items():
-        if not tag.startswith(("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/")):
+        if not tag.startswith(("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/",
+                               "curriculum/")):
             continue
         later = [(s, v) for s, v in points if s > 3]
         mine = sorted((s, v) for s, v in got.get(tag, []) if s > 3)
@@ -197,7 +224,8 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
     """trainer=ddp runs with two gloo processes on CPU and logs from rank 0."""
-    result = run_train(tmp_path, ["debug=fast", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"])
+    result = run_train(tmp_path, ["debug=fast", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                                  *ACTING])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Starting with 2 processes" in result.stderr + result.stdout
     scalars = read_scalars(tmp_path / "run")

@@ -52,13 +52,13 @@ Gather = Callable[[object], list]  # this rank's object -> every rank's, in rank
 
 
 class PromptSelection:
-    def __init__(self, selector=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
+    def __init__(self, predictor=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
                  seed: int = 0, audit: float = 0.1, max_rounds: int = 2) -> None:
         if not 0 <= audit < 1:
             raise ValueError(f"rollout.selection.audit must be in [0, 1), got {audit}")
         if max_rounds < 0:
             raise ValueError(f"rollout.selection.max_rounds must be >= 0, got {max_rounds}")
-        self.selector = selector or NoSelector()
+        self.selector = predictor or NoSelector()
         if self.selector.active and prompt_pool is None:
             raise ValueError("rollout.selector needs a prompt pool to replace skipped prompts")
         self.history = history or PromptHistory()
