@@ -89,6 +89,7 @@ def make_report(rewards, temperatures=None, **over) -> StepReport:
                   refill_exhausted=zero, kl_mean=zero, kl_max=zero, entropy_mean=torch.tensor(1.0), clip_frac=zero,
                   clip_frac_low=zero, clip_frac_high=zero, nonfinite=zero, junk_chars=zero,
                   completion_chars=torch.tensor(4.0 * n), samples=[])
+    fields["ladder"] = tuple(sorted(set(temps.tolist())))
     fields.update(over)
     return StepReport(**fields)
 

@@ -116,3 +116,16 @@ def test_window_without_loss_tokens_writes_no_token_weighted_point():
         assert f"health/{name}" not in logged, name
     assert logged["health/reward_mean"] == 1.0 and logged["health/zero_std_frac"] == 1.0
     assert all(v == v for v in logged.values())  # no NaN anywhere
+
+
+def test_every_rung_of_the_ladder_is_named_even_where_a_group_kept_none():
+    # max-variance down-sampling kept rungs 0.7/1.0 in group 0 and 1.5/1.5 in group 1: every rank
+    # must still update the same names, so the names come from the ladder, not from the rows
+    report = make_report([[1.0, 0.0], [0.0, 1.0]], [0.7, 1.0, 1.5, 1.5], ladder=(0.7, 1.0, 1.5))
+    values = health_values(report)
+    names = {k for k in values if k.startswith("rollout/reward_by_temperature/")}
+    assert names == {f"rollout/reward_by_temperature/{t}" for t in ("0.7", "1", "1.5")}
+    value, weight = values["rollout/reward_by_temperature/1.5"]
+    assert (value.item(), weight.item()) == (0.5, 2.0)
+    lonely = health_values(make_report([[1.0, 0.0]], [0.7, 0.7], ladder=(0.7, 1.0)))
+    assert lonely["rollout/reward_by_temperature/1"][1].item() == 0  # weight 0: no point written

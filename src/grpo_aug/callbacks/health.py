@@ -93,7 +93,9 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
     for name in ("refill_rounds", "refill_exhausted"):
         values[f"rollout/{name}"] = (getattr(report, name), one)
     temperatures = report.temperatures.reshape(rewards.shape)  # [N, G]
-    for t in temperatures[0].unique().tolist():  # every group uses the same ladder
+    # the configured ladder, not the rows': max-variance down-sampling keeps different rungs in
+    # different groups, and every rank must update the same names
+    for t in report.ladder:
         rung = (temperatures == t) & scored
         values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), one * rung.sum())
     device = rewards.device

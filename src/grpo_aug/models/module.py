@@ -183,7 +183,8 @@ class GRPOModule(L.LightningModule):
                 f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
                 f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
                 "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
-        return {"report": step_report(step, updates, kl_mean, self.rollout_settings.group_size), "updates": updates}
+        return {"report": step_report(step, updates, kl_mean, self.rollout_settings.group_size,
+                                         self.rollout_settings.temperatures), "updates": updates}
 
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""

@@ -26,7 +26,8 @@ class PreparedStep(NamedTuple):
     refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
 
 
-def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int) -> StepReport:
+def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int,
+                ladder: tuple[float, ...]) -> StepReport:
     """What the callbacks get from one step (updates: per-update stats, [U] each)."""
     sampled = step.sampled
     counted_in_update = step.valid[step.groups].reshape(-1)  # [B*G]
@@ -44,7 +45,7 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
         clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
         junk_chars=torch.tensor(float(junk), device=device),
-        completion_chars=torch.tensor(float(chars), device=device),
+        completion_chars=torch.tensor(float(chars), device=device), ladder=tuple(ladder),
         samples=text_samples(sampled, step.groups, step.advantages, G))
 
 
