@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import lightning as L
 import torch
-from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.algo import group_advantages, policy_loss
 from grpo_aug.algo.loss import merge_stats
@@ -23,11 +22,12 @@ from grpo_aug.algo.masks import loss_mask
 from grpo_aug.algo.optim import gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
-from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.data.records import Prompt
+from grpo_aug.models.evaluation import HeldoutAccuracy
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
-from grpo_aug.rewards import MathReward, RewardSet
+from grpo_aug.rewards import RewardSet
 from grpo_aug.rollout import generate
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.merge import select_rows, trim
@@ -91,10 +91,8 @@ class GRPOModule(L.LightningModule):
         self.skipped_total = 0  # updates skipped for a non-finite loss or gradient norm, this run
         self.consecutive_skipped = 0
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
-        self.exact = MathReward()
         self.last_eval: dict[str, float] = {}
-        self.val_correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
-        self.val_total = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
+        self.val_accuracy = HeldoutAccuracy()
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -229,15 +227,11 @@ class GRPOModule(L.LightningModule):
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
-        The rows may run in length-sorted chunks, each with its own backward; their losses are
-        parts of the whole update's loss, so the accumulated gradient is the unchunked one.
-        A non-finite chunk loss, or a non-finite gradient norm, on any rank skips the whole
-        update on every rank: the gradients are dropped and neither the optimizer nor the lr
-        schedule steps, so weights and optimizer state stay bit-identical (AdamW's moments would
-        otherwise move every weight even on a zero gradient). The step still counts toward
-        trainer.max_steps; `train/skipped_nonfinite` counts it. An update without a single loss
-        token on any rank (every group filtered out as flat) is skipped the same way, uncounted:
-        a zero gradient would still move every weight through AdamW's momentum.
+        Length-sorted chunks each run their own backward; their losses add up to the update's.
+        A non-finite chunk loss or gradient norm on any rank skips the update on every rank (no
+        optimizer or lr step: weights and AdamW's moments stay bit-identical; counted in
+        `train/skipped_nonfinite`); so does an update without a loss token on any rank (a zero
+        gradient would still move every weight through AdamW's momentum), uncounted.
         """
         a, G, ro = self.algo, self.rollout_settings.group_size, step.rollout
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
@@ -343,22 +337,10 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
         greedy = torch.zeros(len(batch))
         ro = generate(self.policy, self.tokenizer, [p.prompt for p in batch], greedy, 1.0, self.eval_max_new_tokens)
-        scores = [self.exact(p, text) for p, text in zip(batch, ro.texts, strict=True)]
-        correct = torch.tensor(scores, device=self.device)
-        bucket = batch[0].bucket
-        self.val_correct[bucket].update(correct.sum())
-        self.val_total[bucket].update(torch.tensor(float(len(batch)), device=self.device))
+        self.val_accuracy.update(batch, ro.texts, self.device)
 
     def on_validation_epoch_end(self) -> None:
-        accuracy = {}
-        for bucket in BUCKETS:
-            total = self.val_total[bucket].compute()  # syncs across ranks: every rank calls it
-            correct = self.val_correct[bucket].compute()
-            if total > 0:
-                accuracy[f"eval/accuracy/{bucket}"] = (correct / total).item()
-            self.val_total[bucket].reset()
-            self.val_correct[bucket].reset()
-        self.last_eval = accuracy
+        self.last_eval = accuracy = self.val_accuracy.compute()
         # written straight to the loggers: self.log would stamp a mid-training evaluation with
         # step - 1, and the step-0 baseline must sit at step 0
         for logger in self.trainer.loggers:
