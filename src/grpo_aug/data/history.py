@@ -21,8 +21,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from grpo_aug.data.records import BUCKETS
-
 LAG = 2
 
 
@@ -127,13 +125,6 @@ class PromptHistory:
                 moves[f"{now}_{after}"] += 1
         self.moved.update(moves)
         return dict(moves)
-
-    def counts(self, step: int) -> dict[str, int]:
-        """Training prompts per bucket at sampler step `step`."""
-        counts = dict.fromkeys(BUCKETS, 0)
-        for prompt_id, bucket in self.static.items():
-            counts[self.bucket_at(prompt_id, bucket, step)] += 1
-        return counts
 
     def state_dict(self) -> dict:
         return {"records": {k: asdict(r) for k, r in self.records.items()}, "moved": dict(self.moved)}
