@@ -3,6 +3,7 @@
     pip install -e ".[bench]"                      # TRL, for the comparison only
     python benchmarks/trainer_step.py              # both workloads, 2 alternating rounds each
     python benchmarks/trainer_step.py --workload tiny --steps 20 --rounds 1
+    python benchmarks/trainer_step.py --arms grpo_aug,grpo_aug_beta0   # what beta 0 (no reference) saves
 
 Workloads (fp32, CPU, 2 threads, no gradient checkpointing, beta 0.04, one update per rollout,
 8 prompts x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
@@ -72,7 +73,7 @@ def digit_share(completion: str) -> float:
 
 
 # -- grpo-aug ------------------------------------------------------------------------------
-def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
+def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04) -> dict:
     import functools
 
     import lightning as L
@@ -80,6 +81,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
 
     import grpo_aug.algo.scoring as scoring_lib
     import grpo_aug.rollout.groups as groups_lib
+    from grpo_aug.algo.beta import ConstantBeta
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth
     from grpo_aug.data.records import Prompt
@@ -98,7 +100,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int) -> dict:
         name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR, fused=True),
         reward=RewardSet([RewardFunction(Digits())]),
         rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
-        algo=AlgoSettings(max_grad_norm=1.0),
+        algo=AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta)),  # beta 0: no reference model
     )
     parts: dict[str, float] = defaultdict(float)
 
@@ -249,7 +251,9 @@ def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
 def child(which: str, workload: str, model_dir: str, steps: int) -> None:
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    result = (run_grpo_aug if which == "grpo_aug" else run_trl)(Path(model_dir), workload, steps)
+    runners = {"grpo_aug": run_grpo_aug, "trl": run_trl,
+               "grpo_aug_beta0": lambda *a: run_grpo_aug(*a, beta=0.0)}
+    result = runners[which](Path(model_dir), workload, steps)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
 
@@ -270,7 +274,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=23, help="optimizer steps per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="alternating grpo-aug / TRL runs")
-    parser.add_argument("--child", choices=["grpo_aug", "trl"])
+    parser.add_argument("--arms", default="grpo_aug,trl", help="comma-separated: grpo_aug, trl, grpo_aug_beta0")
+    parser.add_argument("--child", choices=["grpo_aug", "trl", "grpo_aug_beta0"])
     parser.add_argument("--model")
     args = parser.parse_args()
     if args.child:
@@ -285,7 +290,7 @@ def main() -> None:
             model_dir = build_model(workload, Path(tmp) / "model")
             runs, peaks = defaultdict(list), defaultdict(list)
             for _ in range(args.rounds):
-                for which in ("grpo_aug", "trl"):
+                for which in args.arms.split(","):
                     for library, rate in matmul_flops_per_second().items():
                         peaks[library].append(rate)
                     runs[which].append(spawn(which, workload, model_dir, args.steps))
@@ -298,9 +303,10 @@ def main() -> None:
             after = [t for r in results for t in r["step_seconds"][args.warmup:]]
             entry[which] = {"median_step_s": statistics.median(after), "steps_timed": len(after),
                             "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
-        parts = [b for r in runs["grpo_aug"] for b in r["breakdown"][args.warmup:]]
-        entry["grpo_aug"]["breakdown_s"] = {k: statistics.median(p.get(k, 0.0) for p in parts)
-                                            for k in sorted({k for p in parts for k in p})}
+        for which in (w for w in runs if w.startswith("grpo_aug")):
+            parts = [b for r in runs[which] for b in r["breakdown"][args.warmup:]]
+            entry[which]["breakdown_s"] = {k: statistics.median(p.get(k, 0.0) for p in parts)
+                                           for k in sorted({k for p in parts for k in p})}
         prompt_tokens = statistics.mean(len(q) for q, _ in prompts(PROMPTS, 0))  # one token per character
         for which, results in runs.items():
             # FLOPs from the lengths each side really generated (rows stop at EOS)
@@ -310,8 +316,14 @@ def main() -> None:
             entry[which].update(mean_completion_tokens=length, step_gflop=flops["total"] / 1e9,
                                 achieved_gflops=achieved / 1e9, share_of_matmul_peak=achieved / peak,
                                 share_of_torch_mm=achieved / medians["torch_mm"])
-        entry["grpo_aug_time_over_trl"] = entry["grpo_aug"]["median_step_s"] / entry["trl"]["median_step_s"]
-        entry["grpo_aug_rss_over_trl"] = entry["grpo_aug"]["peak_rss_mb"] / entry["trl"]["peak_rss_mb"]
+        for other in ("trl", "grpo_aug_beta0"):
+            if "grpo_aug" in runs and other in runs:
+                mine, theirs = entry["grpo_aug"], entry[other]
+                entry[f"{other}_time_over_grpo_aug"] = theirs["median_step_s"] / mine["median_step_s"]
+                entry[f"{other}_rss_mb_minus_grpo_aug"] = theirs["peak_rss_mb"] - mine["peak_rss_mb"]
+        if "trl" in runs and "grpo_aug" in runs:
+            entry["grpo_aug_time_over_trl"] = entry["grpo_aug"]["median_step_s"] / entry["trl"]["median_step_s"]
+            entry["grpo_aug_rss_over_trl"] = entry["grpo_aug"]["peak_rss_mb"] / entry["trl"]["peak_rss_mb"]
         report["workloads"][workload] = entry
     print(json.dumps(report, indent=2))
 

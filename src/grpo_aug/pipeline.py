@@ -31,7 +31,7 @@ def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int) -> s
     path = model.name_or_path
     if path is None:
         path = model.tiny(cache_dir=cache_dir, seed=seed)
-    if model.warmup.steps > 0:
+    if model.warmup is not None and model.warmup.steps > 0:
         path = supervised_warmup(path, records, cache_dir, model.warmup, seed)
     return str(path)
 
@@ -63,6 +63,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     rollout, selection_cfg = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
+    answer = instantiate(cfg.answer, _convert_="all")
     schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     for callback in callbacks:
@@ -74,7 +75,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     selection = None
     if selection_cfg is not None:
         selection = instantiate(selection_cfg, history=datamodule.history, prompt_pool=datamodule.draw_prompts,
-                                seed=cfg.seed)
+                                seed=cfg.seed, answer=answer)
 
     module = GRPOModule(
         name_or_path=prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed),
@@ -89,6 +90,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         prompt_pool=datamodule.draw_prompts,
         seed=cfg.seed,
         selection=selection,
+        answer=answer,
     )
     return module, datamodule, callbacks
 

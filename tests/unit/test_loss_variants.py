@@ -1,123 +1,148 @@
-"""Loss aggregation variants, KL estimators and clip-higher against a plain-Python implementation."""
+"""GSPO's sequence ratio, verl's dual clip and the entropy bonus against per-token Python loops."""
 
 import math
 
 import pytest
 import torch
 
-from grpo_aug.algo.aggregate import ConstantNorm, RowMean, TokenMean
-from grpo_aug.algo.kl import KL_ESTIMATORS, k1_kl, k2_kl, k3_kl
-from grpo_aug.algo.loss import LOG_RATIO_BOUND, policy_loss
+from grpo_aug.algo.aggregate import RowMean, TokenMean
+from grpo_aug.algo.loss import policy_loss
+from grpo_aug.algo.ratio import SequenceRatio
 
 
-def naive_loss(logps, ref, old, adv, mask, beta, low, high, kl, variant, constant=None):
-    """Loops over rows and tokens with Python floats: the textbook formulas, nothing shared."""
-    rows = []
-    for r in range(len(logps)):
-        terms = []
-        for t in range(len(logps[r])):
-            if not mask[r][t]:
-                continue
-            ratio = math.exp(logps[r][t] - old[r][t])
-            clipped = min(max(ratio, 1 - low), 1 + high)
-            d = ref[r][t] - logps[r][t]
-            k = {"k1": -d, "k2": d * d / 2, "k3": math.exp(d) - d - 1}[kl]
-            terms.append(min(ratio * adv[r], clipped * adv[r]) - beta * k)
-        rows.append(terms)
-    if variant == "row_mean":
-        return -sum(sum(t) / max(len(t), 1) for t in rows) / len(rows)
-    if variant == "token_mean":
-        return -sum(sum(t) for t in rows) / max(sum(len(t) for t in rows), 1)
-    return -sum(sum(t) for t in rows) / (len(rows) * constant)
-
-
-def _case(seed=0):
+def _random(seed, rows=6, T=5):
     g = torch.Generator().manual_seed(seed)
-    R, T = 5, 6
-    logps = -torch.rand(R, T, generator=g) * 3
-    old = logps + (torch.rand(R, T, generator=g) - 0.5) * 0.8  # ratios between e^-0.4 and e^0.4
-    ref = logps + (torch.rand(R, T, generator=g) - 0.5)
-    adv = torch.tensor([1.2, -0.7, 0.0, 2.0, -1.5])
-    mask = torch.ones(R, T)
-    mask[0, 4:] = 0  # rows of different lengths
-    mask[3, 1:] = 0
-    mask[4] = 0  # an all-masked row
-    return logps, ref, old, adv, mask
+    logps = (-torch.rand(rows, T, generator=g) * 3).requires_grad_()
+    old = logps.detach() + torch.randn(rows, T, generator=g) * 0.5  # ratios far from 1: clips engage
+    ref = logps.detach() + torch.randn(rows, T, generator=g) * 0.3
+    adv = torch.randn(rows, generator=g)
+    mask = (torch.rand(rows, T, generator=g) > 0.25).float()
+    mask[0] = 0.0  # a fully masked row
+    return logps, old, ref, adv, mask
 
 
-@pytest.mark.parametrize("variant, aggregate", [("row_mean", RowMean()), ("token_mean", TokenMean()),
-                                                ("constant_norm", ConstantNorm(8))])
-@pytest.mark.parametrize("kl", ["k1", "k2", "k3"])
-def test_variants_match_naive(variant, aggregate, kl):
-    logps, ref, old, adv, mask = _case()
-    loss, _ = policy_loss(logps, ref, old, adv, mask, beta=0.05, clip_eps_low=0.2, clip_eps_high=0.28,
-                          kl=KL_ESTIMATORS[kl], aggregate=aggregate)
-    expected = naive_loss(logps.tolist(), ref.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.05, 0.2,
-                          0.28, kl, variant, constant=8)
-    assert loss.item() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+def _naive(logps, old, ref, adv, mask, beta, lo, hi, sequence=False, c=None, entropy=None, coef=0.0):
+    """-(row mean of per-token objective), then mean over rows; every term by hand, per token."""
+    rows, T = logps.shape
+    total = 0.0
+    for i in range(rows):
+        n = sum(float(mask[i, t]) for t in range(T))
+        if sequence:
+            s = sum((logps[i, t] - old[i, t]) * mask[i, t] for t in range(T)) / max(n, 1.0)
+        row = 0.0
+        for t in range(T):
+            if mask[i, t] == 0:
+                continue
+            r = torch.exp(s if sequence else logps[i, t] - old[i, t])
+            a = float(adv[i])
+            obj = torch.minimum(r * a, torch.clamp(r, 1 - lo, 1 + hi) * a)
+            if c is not None and a < 0:  # verl: loss = min(max(-A r, -A clip(r)), -A c) when A < 0
+                obj = torch.maximum(obj, torch.tensor(c * a))
+            d = ref[i, t] - logps[i, t]
+            obj = obj - beta * (torch.exp(d) - d - 1)
+            if entropy is not None:
+                obj = obj + coef * entropy[i, t]
+            row = row + obj
+        total = total + row / max(n, 1.0)
+    return -total / rows
 
 
-def test_kl_estimators_by_hand():
-    logp, ref = torch.tensor([math.log(0.25)]), torch.tensor([math.log(0.5)])  # d = ln 2
-    d = math.log(2)
-    assert k1_kl(logp, ref, 20).item() == pytest.approx(-d)
-    assert k2_kl(logp, ref, 20).item() == pytest.approx(d * d / 2)
-    assert k3_kl(logp, ref, 20).item() == pytest.approx(2 - d - 1)
+@pytest.mark.parametrize("seed", range(4))
+def test_sequence_ratio_matches_gspo_by_hand_value_and_gradient(seed):
+    logps, old, ref, adv, mask = _random(seed)
+    loss, _ = policy_loss(logps, ref, old, adv, mask, beta=0.04, clip_eps_low=0.1, clip_eps_high=0.15,
+                          ratio=SequenceRatio())
+    (grad,) = torch.autograd.grad(loss, logps)
+    expected = _naive(logps, old, ref, adv, mask, 0.04, 0.1, 0.15, sequence=True)
+    (grad_expected,) = torch.autograd.grad(expected, logps)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+    assert torch.allclose(grad, grad_expected, atol=1e-6)
 
 
-def test_variants_weigh_lengths_differently():
-    # row 0: 1 token with term 1; row 1: 3 tokens with term 0 (adv 0), no clipping, beta 0
+def test_sequence_ratio_clips_whole_rows():
     logps = torch.zeros(2, 3)
-    mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
-    adv = torch.tensor([1.0, 0.0])
-    args = (logps, logps, logps, adv, mask)
-    assert policy_loss(*args, beta=0, aggregate=RowMean())[0].item() == pytest.approx(-(1 + 0) / 2)
-    assert policy_loss(*args, beta=0, aggregate=TokenMean())[0].item() == pytest.approx(-1 / 4)
-    assert policy_loss(*args, beta=0, aggregate=ConstantNorm(10))[0].item() == pytest.approx(-1 / 20)
+    old = torch.tensor([[-1.0, 0.0, -0.5], [0.1, -0.1, 0.0]])  # row 0: mean log-ratio 0.5 (clipped)
+    adv = torch.tensor([1.0, 1.0])
+    _, stats = policy_loss(logps, None, old, adv, torch.ones(2, 3), beta=0.0, ratio=SequenceRatio())
+    assert stats["clip_frac_high"].item() == pytest.approx(3 / 6)  # every token of row 0, none of row 1
+    assert stats["ratio_max"].item() == pytest.approx(math.exp(0.5), rel=1e-6)
 
 
-def test_clip_higher_and_clip_fractions():
-    old = torch.zeros(2, 2)
-    # row 0 (A > 0): ratios 1.25 and 1.35; row 1 (A < 0): ratios 0.75 and 0.9
-    logps = torch.log(torch.tensor([[1.25, 1.35], [0.75, 0.9]]))
-    adv = torch.tensor([1.0, -1.0])
-    mask = torch.ones(2, 2)
-    loss, st = policy_loss(logps, logps, old, adv, mask, beta=0, clip_eps_low=0.2, clip_eps_high=0.28)
-    # 1.25 is inside 1 + 0.28, 1.35 is clipped to 1.28; 0.75 is clipped to 0.8, 0.9 is inside
-    assert loss.item() == pytest.approx(-((1.25 + 1.28) / 2 + (-0.8 - 0.9) / 2) / 2, rel=1e-5)
-    assert st["clip_frac_high"].item() == 0.25 and st["clip_frac_low"].item() == 0.25
-    assert st["clip_frac"].item() == 0.5
-    assert st["ratio_max"].item() == pytest.approx(1.35)
-    # symmetric 0.2 clips both positive-advantage tokens
-    _, st2 = policy_loss(logps, logps, old, adv, mask, beta=0, clip_eps_low=0.2, clip_eps_high=0.2)
-    assert st2["clip_frac_high"].item() == 0.5
+def test_sequence_ratio_is_the_geometric_mean_of_the_token_ratios():
+    log_ratio = torch.tensor([[0.2, -0.4, 1.0], [0.3, 0.3, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    out = SequenceRatio()(log_ratio, mask)
+    assert out.shape == (2, 1)
+    assert out[:, 0].tolist() == pytest.approx([math.log(math.sqrt(math.exp(0.2) * math.exp(-0.4))), 0.3])
 
 
-@pytest.mark.parametrize("aggregate", [RowMean(), TokenMean(), ConstantNorm(4)])
-@pytest.mark.parametrize("kl", ["k1", "k2", "k3"])
-def test_no_nan_with_extreme_ratios_masked_rows_and_flat_groups(aggregate, kl):
-    logps = torch.tensor([[50.0, -50.0, 0.0], [0.0, 0.0, 0.0], [-50.0, 50.0, 3.0]], requires_grad=True)
-    ref = torch.tensor([[-50.0, 50.0, 0.0], [0.0, 0.0, 0.0], [50.0, -50.0, 0.0]])
-    old = torch.tensor([[-50.0, 50.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, -50.0]])
-    adv = torch.zeros(3)  # a group of identical rewards has advantage 0 everywhere
-    for a in (adv, torch.tensor([1.0, -1.0, 0.5])):
-        mask = torch.tensor([[1.0, 1, 1], [0, 0, 0], [1, 1, 1]])  # row 1 is all-masked
-        loss, stats = policy_loss(logps, ref, old, a, mask, kl=KL_ESTIMATORS[kl], aggregate=aggregate)
-        assert torch.isfinite(loss) and all(torch.isfinite(v) for v in stats.values())
-        (grad,) = torch.autograd.grad(loss, logps)
-        assert torch.isfinite(grad).all() and torch.equal(grad[1], torch.zeros(3))
-    kl_at_bound = KL_ESTIMATORS[kl](torch.tensor([0.0]), torch.tensor([1e4]), LOG_RATIO_BOUND)
-    assert torch.isfinite(kl_at_bound).all()
-    # nothing masked in at all: every variant gives exactly 0
-    empty, _ = policy_loss(logps, ref, old, adv, torch.zeros(3, 3), aggregate=aggregate)
-    assert empty.item() == 0.0
+@pytest.mark.parametrize("seed", range(4))
+def test_dual_clip_matches_verl_formula_by_hand(seed):
+    logps, old, ref, adv, mask = _random(seed)
+    old = old - 1.5  # ratios up to ~e^3: negative advantages cross the dual clip at c = 3
+    loss, stats = policy_loss(logps, ref, old, adv, mask, beta=0.04, clip_ratio_c=3.0)
+    (grad,) = torch.autograd.grad(loss, logps)
+    expected = _naive(logps, old, ref, adv, mask, 0.04, 0.2, 0.2, c=3.0)
+    (grad_expected,) = torch.autograd.grad(expected, logps)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+    assert torch.allclose(grad, grad_expected, atol=1e-6)
+    ratio = torch.exp(logps.detach() - old)
+    bound = ((ratio > 3.0) & (adv[:, None] < 0) & (mask > 0)).sum() / mask.sum()
+    assert stats["clip_frac_dual"].item() == pytest.approx(bound.item()) and bound > 0
 
 
-@pytest.mark.parametrize("aggregate", [RowMean(), TokenMean(), ConstantNorm(8)])
-def test_parts_of_a_split_sum_to_the_whole(aggregate):
-    logps, ref, old, adv, mask = _case()
-    per_token = torch.randn(logps.shape)
-    whole = aggregate(per_token, mask)
-    split = [torch.tensor([0, 3]), torch.tensor([1, 2, 4])]
-    parts = sum(aggregate.part(per_token[rows], mask[rows], per_token.shape[0], mask.sum()) for rows in split)
-    assert parts.item() == pytest.approx(whole.item(), rel=1e-5, abs=1e-7)
+def test_dual_clip_bounds_a_huge_ratio_and_stops_its_gradient():
+    logps = torch.zeros(1, 1, requires_grad=True)
+    old = torch.full((1, 1), -5.0)  # ratio e^5 ~ 148
+    loss, _ = policy_loss(logps, None, old, torch.tensor([-1.0]), torch.ones(1, 1), beta=0.0, clip_ratio_c=3.0)
+    loss.backward()
+    assert loss.item() == pytest.approx(3.0)  # -(c * A) with A = -1
+    assert logps.grad.item() == 0.0
+
+
+def _entropy_by_hand(logits):
+    rows, T, V = logits.shape
+    out = torch.zeros(rows, T)
+    for i in range(rows):
+        for t in range(T):
+            z = logits[i, t]
+            p = [math.exp(float(z[v])) for v in range(V)]
+            total = sum(p)
+            out[i, t] = -sum(q / total * math.log(q / total) for q in p)
+    return out
+
+
+def test_entropy_bonus_adds_coef_times_the_masked_mean_entropy():
+    from grpo_aug.algo.logprobs import token_logprobs
+
+    class Toy(torch.nn.Module):  # logits straight from a table: the entropy has a known gradient
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(1, 6, 5, generator=torch.Generator().manual_seed(0)))
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0, **kw):
+            return type("Out", (), {"logits": self.table.expand(len(input_ids), -1, -1)[:, -logits_to_keep:]})
+
+    model = Toy()
+    ids = torch.tensor([[0, 1, 2, 3, 4, 0], [0, 1, 4, 4, 2, 1]])
+    logps, ent = token_logprobs(model, ids, torch.ones_like(ids), 2, torch.ones(2), with_entropy=True,
+                                entropy_grad=True)
+    assert ent.requires_grad
+    assert torch.allclose(ent, _entropy_by_hand(model.table.detach()[:, 1:5].expand(2, -1, -1)), atol=1e-5)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    adv = torch.tensor([0.5, -0.5])
+    with_bonus, _ = policy_loss(logps, None, logps.detach(), adv, mask, beta=0.0, aggregate=TokenMean(),
+                                entropy=ent, entropy_coef=0.01)
+    without, _ = policy_loss(logps, None, logps.detach(), adv, mask, beta=0.0, aggregate=TokenMean())
+    assert (with_bonus - without).item() == pytest.approx(-0.01 * ((ent * mask).sum() / mask.sum()).item(), rel=1e-5)
+    model.zero_grad()
+    (with_bonus - without).backward()
+    assert model.table.grad.abs().sum() > 0  # the bonus pushes the logits toward spread-out distributions
+
+
+def test_no_reference_is_the_same_loss_as_beta_zero():
+    logps, old, ref, adv, mask = _random(7)
+    a, _ = policy_loss(logps, ref, old, adv, mask, beta=0.0, aggregate=RowMean())
+    b, stats = policy_loss(logps, None, old, adv, mask, beta=0.0, aggregate=RowMean())
+    assert a.item() == b.item()
+    assert stats["kl_mean"].item() == 0.0

@@ -6,11 +6,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import grpo_aug.models.module as module_lib
 from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.optim import lr_factor
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.module import GRPOModule, NonFiniteTraining
+from grpo_aug.models.update import chunk_loss
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
@@ -69,7 +71,7 @@ def _module(path, reward=None, group_filter=None, pool=None, algo=None):
         optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
         reward=RewardSet([RewardFunction(reward or MathReward())]),
         rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=6,
-                                filter=group_filter or GroupFilter()),
+                                filter=group_filter or GroupFilter(zero_std=False)),
         algo=algo or AlgoSettings(),
         prompt_pool=pool,
     )
@@ -245,7 +247,7 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
         m.policy.zero_grad()
         total = 0.0
         for chunk in chunks:
-            loss, _ = m.chunk_loss(step, rows[chunk], 0.04, aggregate)
+            loss, _ = chunk_loss(m.policy, m.scorer, m.algo, step, rows[chunk], 0.04, aggregate)
             loss.backward()
             total += loss.item()
         return total, [p.grad.clone() for p in m.policy.parameters()]
@@ -297,10 +299,9 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("poison", ["loss", "gradient"])
-def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
+def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison, monkeypatch):
     m = _module(tiny_model_dir)
     calls = {"n": 0}
-    chunk_loss = m.chunk_loss
 
     def poisoned(*args, **kwargs):
         calls["n"] += 1
@@ -313,7 +314,7 @@ def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
             handle = weight.register_hook(lambda g: (handle.remove(), g * float("inf"))[1])
         return loss, stats
 
-    m.chunk_loss = poisoned
+    monkeypatch.setattr(module_lib, "chunk_loss", poisoned)
     snap = Snapshot()
     outs = fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
     (w1, o1, s1, g1), (w2, o2, s2, g2), (w3, o3, _, _) = snap.states
@@ -324,15 +325,14 @@ def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison):
     assert m.skipped_total == 1 and m.consecutive_skipped == 0
 
 
-def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir):
+def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir, monkeypatch):
     m = _module(tiny_model_dir, algo=AlgoSettings(max_consecutive_nonfinite=2))
-    chunk_loss = m.chunk_loss
 
     def poisoned(*args, **kwargs):
         loss, stats = chunk_loss(*args, **kwargs)
         return loss * float("nan"), stats
 
-    m.chunk_loss = poisoned
+    monkeypatch.setattr(module_lib, "chunk_loss", poisoned)
     snap = Snapshot()
     with pytest.raises(NonFiniteTraining, match=r"2 updates in a row .*\(algo.max_consecutive_nonfinite=2\)"):
         fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
@@ -385,3 +385,21 @@ def test_oversampled_step_keeps_the_max_variance_rows_and_records_the_history(ti
     assert [history.get(p.id).attempts for p in EASY[:3]] == [1, 1, 1]
     assert [history.get(p.id).flat_streak for p in EASY[:3]] == [0, 0, 1]
     assert m.selection.window_metrics()["rollout/flat_rows_frac"] == 12 / 36
+
+
+def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_forward(tiny_model_dir):
+    from grpo_aug.algo.beta import ConstantBeta, LinearBeta
+    from grpo_aug.algo.ratio import SequenceRatio
+
+    assert AlgoSettings(beta=ConstantBeta(0.0)).needs_reference is False
+    assert AlgoSettings(beta=LinearBeta(0.04, 0.0)).needs_reference is True  # beta > 0 early on
+    torch.manual_seed(0)
+    algo = AlgoSettings(beta=ConstantBeta(0.0), ratio=SequenceRatio(), clip_ratio_c=3.0, entropy_coef=0.01)
+    m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:6]]), algo=algo)
+    assert m._frozen == []
+    assert m.prepare(EASY[:3]).ref_logps is None
+    before = [p.detach().clone() for p in m.policy.parameters()]
+    outs = fit_batches(m, [EASY[:3], EASY[3:6]])
+    assert all(torch.isfinite(o["updates"]["loss"]).all() for o in outs)
+    assert all(float(o["report"].kl_mean) == 0.0 for o in outs)
+    assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))

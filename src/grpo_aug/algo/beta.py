@@ -20,6 +20,11 @@ class ConstantBeta:
     def __call__(self, step: int) -> float:
         return self.value
 
+    @property
+    def always_zero(self) -> bool:
+        """beta is 0 at every step: the run needs no reference model and no reference forward."""
+        return self.value == 0
+
     def observe(self, step: int, kl: float) -> None:
         pass
 
@@ -42,6 +47,10 @@ class LinearBeta(ConstantBeta):
     def __call__(self, step: int) -> float:
         frac = min(max(step, 0) / self.steps, 1.0)
         return self.start + (self.end - self.start) * frac
+
+    @property
+    def always_zero(self) -> bool:
+        return self.start == 0 and self.end == 0
 
 
 class RelaxBeta(ConstantBeta):

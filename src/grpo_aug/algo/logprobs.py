@@ -51,14 +51,16 @@ def token_logprobs(
     temperatures: torch.Tensor,
     with_entropy: bool = False,
     length_groups: int = 1,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log p(completion token | prefix) for every completion position.
 
     input_ids/attention_mask: [N, P + T] (prompts left-padded to P); temperatures: [N].
     Logits are divided by the row's temperature so the ratio compares the same distribution
     that sampled the row (a greedy row, T = 0, is scored at T = 1). Returns [N, T] float32, and
-    with `with_entropy` also the detached entropy of each position's distribution, [N, T].
+    with `with_entropy` also the entropy of each position's distribution, [N, T].
     length_groups: for packed models, completions attend in up to this many length-sorted groups.
+    entropy_grad: the entropy keeps its graph (an entropy bonus in the loss differentiates it).
     """
     # [N, T, V]: the logits that predict tokens P..P+T-1
     logits = _completion_logits(model, input_ids, attention_mask, prompt_len, length_groups).float()
@@ -71,7 +73,7 @@ def token_logprobs(
     logps = picked - lse
     if not with_entropy:
         return logps
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         # H = logsumexp(z) - sum softmax(z) z, in blocks of rows to bound the [rows, T, V] temporaries
         blocks = []
         for i in range(0, len(logits), ENTROPY_BLOCK):

@@ -9,6 +9,7 @@ import torch
 from grpo_aug.algo.advantages import group_advantages
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.kl import k3_kl
+from grpo_aug.algo.ratio import TokenRatio
 
 # Log-ratios (policy vs rollout policy, reference vs policy) are clamped to +-20 before exp:
 # e^20 ~ 4.9e8 is finite in float32 with room for the products that follow, and a token whose
@@ -17,11 +18,12 @@ LOG_RATIO_BOUND = 20.0
 
 KLFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 Aggregate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+RatioFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def policy_loss(
     logps: torch.Tensor,
-    ref_logps: torch.Tensor,
+    ref_logps: torch.Tensor | None,
     old_logps: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
@@ -30,28 +32,45 @@ def policy_loss(
     clip_eps_high: float = 0.2,
     kl: KLFn = k3_kl,
     aggregate: Aggregate = RowMean(),
+    ratio: RatioFn = TokenRatio(),
+    clip_ratio_c: float | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """-(clipped surrogate - beta * KL), aggregated over masked tokens; plus detached stats.
+    """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
-    logps/ref_logps/old_logps/mask: [..., T]; advantages: [...] (one per row). The ratio is
-    clipped to [1 - clip_eps_low, 1 + clip_eps_high] (DAPO's clip-higher when high > low).
+    logps/ref_logps/old_logps/mask/entropy: [..., T]; advantages: [...] (one per row). The ratio
+    (per token, or per row with GSPO's `ratio`) is clipped to [1 - clip_eps_low, 1 + clip_eps_high]
+    (DAPO's clip-higher when high > low). `clip_ratio_c` is verl's dual clip: a negative-advantage
+    token's objective is at least clip_ratio_c * A, so one huge ratio cannot dominate the update.
+    ref_logps None (no reference model: beta is 0 for the whole run) means no KL term.
+    `entropy` must carry gradient when entropy_coef > 0 (the bonus rewards spread-out distributions).
     """
     T = logps.shape[-1]
     mask = mask.to(logps.dtype)
-    log_ratio = (logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [..., T]
-    ratio = torch.exp(log_ratio)  # [..., T]
+    log_ratio = ratio((logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND), mask)  # [..., T] or [..., 1]
+    ratio_t = torch.exp(log_ratio).expand_as(logps)  # [..., T]
     adv = advantages.unsqueeze(-1)  # [..., 1]
-    clipped = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
-    pg = torch.min(ratio * adv, clipped * adv)  # [..., T]
-    kl_tokens = kl(logps, ref_logps, LOG_RATIO_BOUND)  # [..., T]
+    clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
+    pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
+    dual = torch.zeros_like(pg, dtype=torch.bool)  # [..., T]
+    if clip_ratio_c is not None:
+        dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
+        pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
+    if ref_logps is None:
+        kl_tokens = torch.zeros_like(logps)  # [..., T]
+    else:
+        kl_tokens = kl(logps, ref_logps, LOG_RATIO_BOUND)  # [..., T]
     per_token = pg - beta * kl_tokens  # [..., T]
+    if entropy_coef and entropy is not None:
+        per_token = per_token + entropy_coef * entropy
     loss = -aggregate(per_token.reshape(-1, T), mask.reshape(-1, T))
 
     with torch.no_grad():
         on = mask > 0
         n = mask.sum().clamp(min=1.0)
-        low = (ratio < 1.0 - clip_eps_low) & (adv < 0) & on  # the min picked the clipped side
-        high = (ratio > 1.0 + clip_eps_high) & (adv > 0) & on
+        low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0) & on  # the min picked the clipped side
+        high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0) & on
         zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
         stats = {
             "kl_mean": (kl_tokens * mask).sum() / n,
@@ -59,8 +78,9 @@ def policy_loss(
             "clip_frac_low": low.sum() / n,
             "clip_frac_high": high.sum() / n,
             "clip_frac": (low | high).sum() / n,
-            "ratio_mean": (ratio * mask).sum() / n,
-            "ratio_max": torch.where(on, ratio, zero).max() if on.any() else zero,
+            "clip_frac_dual": (dual & on).sum() / n,
+            "ratio_mean": (ratio_t * mask).sum() / n,
+            "ratio_max": torch.where(on, ratio_t, zero).max() if on.any() else zero,
         }
     return loss, stats
 
@@ -103,7 +123,8 @@ STAT_MAX = ("kl_max", "ratio_max")
 def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
     """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
     stat (entropy is measured on some updates only), maxima for the *_max entries."""
-    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "entropy")
+    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
+             "ratio_max", "entropy")
     merged = {}
     for name in names:
         reporting = [p for p in parts if name in p]

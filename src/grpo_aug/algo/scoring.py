@@ -32,12 +32,13 @@ class Scorer:
         return length_chunks(lengths, k if saving > CHUNK_WHEN_SAVING_ABOVE else 1)
 
     def logprobs(self, model: torch.nn.Module, ro: Rollout, chunks: list[torch.Tensor] | None = None,
-                 with_entropy: bool = False):
+                 with_entropy: bool = False, entropy_grad: bool = False):
         """[N, T] log-probs of the completion tokens (and [N, T] entropies with with_entropy),
         each chunk scored on its rows trimmed to their longest completion."""
         if chunks is None or len(chunks) == 1:
             return token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures,
-                                  with_entropy=with_entropy, length_groups=self.length_chunks)
+                                  with_entropy=with_entropy, length_groups=self.length_chunks,
+                                  entropy_grad=entropy_grad)
         out = torch.zeros(ro.completion_mask.shape, dtype=torch.float32, device=ro.input_ids.device)  # [N, T]
         for chunk in chunks:
             if len(chunk):

@@ -9,6 +9,7 @@ from typing import Any
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
 from grpo_aug.algo.kl import k3_kl
+from grpo_aug.algo.ratio import TokenRatio
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,11 @@ class AlgoSettings:
     loss: Any = field(default_factory=RowMean)  # an aggregation variant from algo/loss
     beta: Any = field(default_factory=ConstantBeta)  # a KL-coefficient schedule from algo/beta
     kl: Any = k3_kl  # a KL estimator from algo/kl: (logps, ref_logps, bound) -> per-token KL
+    ratio: Any = field(default_factory=TokenRatio)  # the importance-ratio level from algo/ratio
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
+    clip_ratio_c: float | None = None  # verl's dual clip for negative advantages (> 1); None = off
+    entropy_coef: float = 0.0  # entropy bonus weight; 0 = off
     adv_clip: float = 10.0
     scale_by_std: bool = True
     num_iterations: int = 1  # mu: optimizer passes over each rollout
@@ -42,6 +46,11 @@ class AlgoSettings:
         checks = [
             (callable(self.kl), f"algo.kl must be an estimator from the algo/kl group (algo/kl=k1|k2|k3), "
                                 f"got {self.kl!r}"),
+            (callable(self.ratio), f"algo.ratio must be a level from the algo/ratio group (algo/ratio=token|sequence), "
+                                   f"got {self.ratio!r}"),
+            (self.clip_ratio_c is None or self.clip_ratio_c > 1,
+             f"algo.clip_ratio_c must be > 1 or null, got {self.clip_ratio_c}"),
+            (self.entropy_coef >= 0, f"algo.entropy_coef must be >= 0, got {self.entropy_coef}"),
             (0 <= self.clip_eps_low < 1, f"algo.clip_eps_low must be in [0, 1), got {self.clip_eps_low}"),
             (0 <= self.clip_eps_high < 1, f"algo.clip_eps_high must be in [0, 1), got {self.clip_eps_high}"),
             (self.adv_clip > 0, f"algo.adv_clip must be > 0, got {self.adv_clip}"),
@@ -70,6 +79,11 @@ class AlgoSettings:
     @property
     def updates_per_rollout(self) -> int:
         return self.num_iterations * self.minibatches
+
+    @property
+    def needs_reference(self) -> bool:
+        """False when beta is 0 at every step: no reference copy is held and none is run."""
+        return not self.beta.always_zero
 
     @property
     def compiled_templates(self) -> list[re.Pattern]:

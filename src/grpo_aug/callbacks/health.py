@@ -170,7 +170,7 @@ class SampleHealth(L.Callback):
     difficulty bucket every `bucket_every_n_steps` (a bucket's curve is sparse: a step draws one
     bucket). With a TensorBoard logger it also writes histograms and `samples_per_bucket` text rows."""
 
-    def __init__(self, every_n_steps: int = 100, bucket_every_n_steps: int = 500, low_std: float = 0.3,
+    def __init__(self, every_n_steps: int = 10, bucket_every_n_steps: int = 50, low_std: float = 0.3,
                  high_std: float = 2.0, samples_per_bucket: int = 4) -> None:
         for key, value in (("every_n_steps", every_n_steps), ("bucket_every_n_steps", bucket_every_n_steps)):
             if value < 1:

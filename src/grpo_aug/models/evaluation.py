@@ -6,15 +6,15 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.data.records import BUCKETS, Prompt
-from grpo_aug.rewards import MathReward
+from grpo_aug.rewards import AnswerFormat, MathReward
 
 
 class HeldoutAccuracy(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, answer: AnswerFormat | None = None) -> None:
         super().__init__()
         self.correct = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
         self.total = torch.nn.ModuleDict({b: SumMetric() for b in BUCKETS})
-        self.exact = MathReward()
+        self.exact = MathReward(answer=answer)
 
     def update(self, batch: list[Prompt], texts: list[str], device: torch.device) -> None:
         """One single-bucket batch of held-out prompts and their greedy completions."""

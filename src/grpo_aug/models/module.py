@@ -16,7 +16,7 @@ from collections.abc import Callable
 import lightning as L
 import torch
 
-from grpo_aug.algo import group_advantages, policy_loss
+from grpo_aug.algo import group_advantages
 from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import loss_mask
 from grpo_aug.algo.optim import gradient_norm, lr_factor
@@ -26,11 +26,12 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.models.evaluation import HeldoutAccuracy
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
+from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
-from grpo_aug.rewards import RewardSet
+from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout import generate
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
-from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 
@@ -56,9 +57,11 @@ class GRPOModule(L.LightningModule):
         prompt_pool: PromptPool | None = None,
         seed: int = 0,
         selection: PromptSelection | None = None,
+        answer: AnswerFormat | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection"])
+        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
+                                          "answer"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -75,7 +78,8 @@ class GRPOModule(L.LightningModule):
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool)
         self.scorer = Scorer(algo.length_chunks, self._rank_mean)
-        self.selection = selection or PromptSelection()  # which prompts to roll out; the per-prompt history
+        # which prompts to roll out; the per-prompt history
+        self.selection = selection or PromptSelection(answer=answer)
         self.seed = seed
         # the rollout's own random stream: checkpointed, and untouched by anything else that draws
         # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
@@ -92,7 +96,7 @@ class GRPOModule(L.LightningModule):
         self.consecutive_skipped = 0
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
-        self.val_accuracy = HeldoutAccuracy()
+        self.val_accuracy = HeldoutAccuracy(answer)
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -103,7 +107,8 @@ class GRPOModule(L.LightningModule):
             return
         self.policy = load_policy(self.name_or_path, self.dtype_name)
         self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
-        self._frozen = [frozen_copy(self.policy)]
+        if self.algo.needs_reference:  # beta 0 for the whole run: no second copy of the weights
+            self._frozen = [frozen_copy(self.policy)]
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=self.policy.parameters())
@@ -116,7 +121,8 @@ class GRPOModule(L.LightningModule):
         return batch  # prompt records are text; the rollout tokenises them on the model's device
 
     def on_fit_start(self) -> None:
-        self.reference.to(self.device)
+        for model in self._frozen:
+            model.to(self.device)
 
     @property
     def generator(self) -> torch.Generator:
@@ -218,7 +224,8 @@ class GRPOModule(L.LightningModule):
         if len(groups) > 0:
             chunks = self.scorer.chunks(self.policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
             with torch.no_grad():
-                ref_logps = self.scorer.logprobs(self.reference, ro, chunks)  # [B*G, T]
+                if a.needs_reference:
+                    ref_logps = self.scorer.logprobs(self.reference, ro, chunks)  # [B*G, T]
                 if a.updates_per_rollout > 1:
                     old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
         exhausted = s.filter.refill and int(sampled.informative.sum()) < len(picked.prompts)
@@ -242,13 +249,13 @@ class GRPOModule(L.LightningModule):
         parts, nonfinite = [], 0
         for chunk in self.scorer.chunks(self.policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
             if len(chunk) == 0:  # fewer rows than chunks
-                loss, stats = self._zero_loss(), None
+                loss, stats = zero_loss(self.policy), None
             else:
-                loss, stats = self.chunk_loss(step, rows[chunk], beta, aggregate, entropy)
+                loss, stats = chunk_loss(self.policy, self.scorer, a, step, rows[chunk], beta, aggregate, entropy)
             if not torch.isfinite(loss):
                 nonfinite += 1
                 # the backward still runs (on a zero loss) so that DDP ranks stay in lockstep
-                loss, stats = self._zero_loss(), None
+                loss, stats = zero_loss(self.policy), None
             self.manual_backward(loss)
             parts.append((loss.detach(), stats))
         grad_norm = gradient_norm(self.policy)
@@ -273,32 +280,6 @@ class GRPOModule(L.LightningModule):
                 "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
 
-    def chunk_loss(self, step: PreparedStep, rows: torch.Tensor, beta: float, aggregate,
-                   entropy: bool = False) -> tuple[torch.Tensor, dict]:
-        """This chunk's part of the update loss, on its rows trimmed to their longest completion."""
-        a = self.algo
-        part = trim(select_rows(step.rollout, rows))
-        t = part.completion_mask.shape[1]
-        if entropy:
-            logps, ent = self.scorer.logprobs(self.policy, part, with_entropy=True)  # [c, t] each
-        else:
-            logps, ent = self.scorer.logprobs(self.policy, part), None  # [c, t]
-        # with one update per rollout the policy is still the rollout policy: no extra forward
-        old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]
-        mask = step.mask[rows, :t]  # [c, t]
-        loss, stats = policy_loss(
-            logps, step.ref_logps[rows, :t], old, step.advantages[rows], mask, beta=beta,
-            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high, kl=a.kl, aggregate=aggregate,
-        )
-        stats["tokens"] = mask.sum()
-        if ent is not None:
-            stats["entropy"] = (ent * mask).sum() / mask.sum().clamp(min=1)
-        return loss, stats
-
-    def _zero_loss(self) -> torch.Tensor:
-        """0, but touching every weight, so every rank's backward reduces the same parameters."""
-        return 0.0 * sum(p.sum() for p in self.policy.parameters())
-
     def _rank_mean(self, value: float) -> float:
         if self._trainer is None:
             return value
@@ -320,7 +301,7 @@ class GRPOModule(L.LightningModule):
             self.reward_timeouts[name] += sampled.timeouts[name]
         values = train_scalars(step, summary, beta, self.skipped_total, self.reward_errors,
                                self.reward_timeouts if self.reward.timed is not None else None,
-                               self.rollout_settings.oversample > 1)
+                               self.rollout_settings.oversample > 1, self.algo.clip_ratio_c is not None)
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
         # Lightning's own logging step would count rollouts, not the steps every other curve uses

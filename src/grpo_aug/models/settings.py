@@ -13,13 +13,15 @@ from grpo_aug.models.loading import DTYPES
 
 @dataclass(frozen=True)
 class WarmupSettings:
-    """A short supervised warm-up on the training solutions (see models/warmup.py); steps 0: off."""
+    """A short supervised warm-up on the training solutions (see models/warmup.py); steps 0: off.
 
-    steps: int = 0
-    lr: float = 1e-3
-    batch_size: int = 64
-    buckets: Sequence[str] = ("easy",)
-    off_by_one: float = 0.0  # share of demonstrations whose final result is one too high
+    No defaults: conf/model/tiny.yaml and conf/model/hf.yaml set every field, differently."""
+
+    steps: int
+    lr: float
+    batch_size: int
+    buckets: Sequence[str]
+    off_by_one: float  # share of demonstrations whose final result is one too high
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "buckets", tuple(self.buckets))
@@ -42,9 +44,9 @@ class ModelSettings:
     optimizer: Callable[..., Any] | None = None  # a partial optimizer class; params are given later
     dtype: str = "float32"
     tiny: Callable[..., str] | None = None  # builds and saves the offline tiny model, returns its path
-    warmup: WarmupSettings = field(default_factory=WarmupSettings)
-    lr_warmup_steps: int = 0  # linear lr ramp over the first GRPO steps
-    lr_final_ratio: float = 1.0  # linear decay to this share of the lr at trainer.max_steps
+    warmup: WarmupSettings | None = None  # None: no supervised warm-up
+    lr_warmup_steps: int = 10  # linear lr ramp over the first GRPO steps
+    lr_final_ratio: float = field(kw_only=True)  # linear decay to this share of the lr at trainer.max_steps
     eval_max_new_tokens: int | None = None  # None: rollout.max_new_tokens
 
     def __post_init__(self) -> None:

@@ -51,7 +51,7 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
 
 def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
                   reward_errors: Mapping[str, int], reward_timeouts: Mapping[str, int] | None,
-                  oversampled: bool = False) -> dict:
+                  oversampled: bool = False, dual_clip: bool = False) -> dict:
     """train/* and reward/* for one step; running counts are this run's so far."""
     sampled = step.sampled
     values = {
@@ -64,7 +64,7 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
     if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
         values["train/ratio_max"] = summary["ratio_max"].max()
         values["train/kl_max"] = summary["kl_max"].max()
-        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean") + ("clip_frac_dual",) * dual_clip:
             values[f"train/{name}"] = summary[name].mean()
     for name, scores in sampled.parts.items():
         scored = ~scores.isnan()

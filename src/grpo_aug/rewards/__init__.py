@@ -1,13 +1,13 @@
 """Reward functions: plain callables (prompt record, completion text) -> float | None."""
 
+from grpo_aug.rewards.answers import AnswerFormat
 from grpo_aug.rewards.combine import RewardFunction, RewardSet, Scores
-from grpo_aug.rewards.extract import extract_answer, to_number
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
 from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 
 __all__ = [
-    "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores", "ScriptReward",
-    "NoWinsorize", "SimilarityReward", "SoftMathReward", "Winsorize", "extract_answer", "to_number",
+    "AnswerFormat", "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores",
+    "ScriptReward", "NoWinsorize", "SimilarityReward", "SoftMathReward", "Winsorize",
 ]

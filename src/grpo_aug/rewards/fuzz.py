@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.mathtext import NotArithmetic, evaluate
-from grpo_aug.rewards.extract import extract_answer
+from grpo_aug.rewards.answers import AUTO, AnswerFormat
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
@@ -28,7 +28,8 @@ PROMPT = Prompt(id="fuzz", question="Natalia sold 48 clips in April and half as 
 
 _ALPHABET = "0123456789" * 4 + "+-*/=().,%$e<>#: \n" + "xX×÷−" + "A" + "١٢٣߁𝟗" + "\\{}boxed" + "nainf"
 _PIECES = [
-    "<<", ">>", "=", "####", "\\boxed{", "}", "The answer is ", "\nA: ", "1e999", "1e999999999", "-1e-999999",
+    "<<", ">>", "=", "####", "\\boxed{", "}", "<answer>", "</answer>", "\\frac{", "\\dfrac", "\\text{",
+    "The answer is ", "\nA: ", "1e999", "1e999999999", "-1e-999999",
     "inf", "-inf", "nan", "NaN", "Infinity", "1/0", "0/0", "(", ")", "((((((((((", "))))))))))", "9" * 400,
     "1,", "1,1,1,1,1,1,1,1", ".5", "5.", "½", "٣", "𝟗", "\u0000", "\ufffd", "%", "$", "x", "÷", "−", "**", "^",
     "__import__", "lambda", "1j", "0x1F", "1_000", "<<48/2=24>>", "48/2 = 24", "24\n", "#### 72", " ",
@@ -60,7 +61,9 @@ def _adversarial(rng: random.Random) -> str:
     if kind == 8:  # division by zero in every place
         return rng.choice(["<<1/0=1>>", "<<0/0=0>>", "#### 1/0", "\\boxed{0/0}", "5/0 = 1", "<<2=1/0>>"])
     if kind == 9:  # unclosed and interleaved markers
-        return rng.choice(["<<" * 5000, "<<1+1=" * 3000, "\\boxed{" * 5000, "#### " * 5000, "<<1" + "+1" * 6000])
+        return rng.choice(["<<" * 5000, "<<1+1=" * 3000, "\\boxed{" * 5000, "#### " * 5000, "<<1" + "+1" * 6000,
+                           "<answer>" * 4000, "</answer><answer>" * 2000, "\\boxed{\\frac{" * 2000,
+                           "<answer>\\boxed{" + "{" * 5000 + "}" * 5000 + "</answer>"])
     if kind == 10:  # plain calculations with long operands and many operators
         return " + ".join(str(rng.randint(0, 10**9)) for _ in range(rng.choice([10, 100, 3000]))) + " = 5"
     if kind == 11:  # long runs of one character class
@@ -102,7 +105,11 @@ def targets() -> dict[str, Callable[[str], object]]:
         except NotArithmetic:
             return None
 
-    out: dict[str, Callable[[str], object]] = {"evaluate": evaluate_or_none, "extract_answer": extract_answer}
+    formats = {"auto": AUTO, "boxed": AnswerFormat(["boxed"], fallback_last_number=False),
+               "tag": AnswerFormat(["tag"], fallback_last_number=False)}
+    out: dict[str, Callable[[str], object]] = {"evaluate": evaluate_or_none}
+    for name, answer in formats.items():  # extraction, then normalisation and comparison
+        out[f"answer_{name}"] = lambda text, a=answer: (a.extract(text), a.same(text, "42"))
     for r in rewards:
         out[r.name] = lambda text, r=r: r(PROMPT, text)
     return out
@@ -144,7 +151,7 @@ def _feed(text: str, funcs, escapes: list, slowest: dict) -> int:
         start = time.thread_time()
         try:
             result = fn(text)
-            if name not in ("evaluate", "extract_answer") and not isinstance(result, float):
+            if not name.startswith(("evaluate", "answer_")) and not isinstance(result, float):
                 escapes.append((name, f"returned {result!r}", text[:80]))
         except Exception as err:  # everything counts: the run would die on it
             escapes.append((name, repr(err)[:200], text[:80]))

@@ -1,23 +1,23 @@
-"""Exact-answer reward: 1.0 when the extracted final answer equals the reference numerically."""
+"""Exact-answer reward: `correct` when the stated final answer equals the reference, else `wrong`.
+
+Where the answer is and how answers compare is the run's answer format (`answer=auto|boxed|tag`).
+"""
 
 from __future__ import annotations
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.extract import extract_answer, to_number
+from grpo_aug.rewards.answers import AUTO, AnswerFormat, normalize
 
 
 class MathReward:
-    """correct/incorrect reward; `correct` and `wrong` are the two scores (default 1 / 0)."""
-
     name = "math"
 
-    def __init__(self, correct: float = 1.0, wrong: float = 0.0) -> None:
+    def __init__(self, correct: float = 1.0, wrong: float = 0.0, answer: AnswerFormat | None = None) -> None:
         self.correct = float(correct)
         self.wrong = float(wrong)
+        self.answer = answer or AUTO
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
-        reference = to_number(prompt.answer)
-        if reference is None:
-            raise ValueError(f"prompt {prompt.id!r} has a non-numeric reference answer {prompt.answer!r}")
-        predicted = to_number(extract_answer(completion))
-        return self.correct if predicted == reference else self.wrong
+        if not normalize(prompt.answer):
+            raise ValueError(f"prompt {prompt.id!r} has no usable reference answer {prompt.answer!r}")
+        return self.correct if self.answer.correct(completion, prompt.answer) else self.wrong

@@ -21,7 +21,7 @@ Example, reference "<<47+38=85>>85\n<<85-9=76>>76\n#### 76":
 from __future__ import annotations
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.extract import extract_answer, to_number
+from grpo_aug.rewards.answers import AUTO, AnswerFormat, normalize, value
 from grpo_aug.rewards.process import calculations, in_order, step_results
 
 
@@ -29,19 +29,20 @@ class SoftMathReward:
     name = "soft_math"
 
     def __init__(self, correct: float = 1.0, flawed: float = 0.8, partial: float = 0.3, wrong: float = 0.0,
-                 max_length_ratio: float = 2.0) -> None:
+                 max_length_ratio: float = 2.0, answer: AnswerFormat | None = None) -> None:
         if max_length_ratio <= 0:
             raise ValueError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
         self.correct, self.flawed = float(correct), float(flawed)
         self.partial, self.wrong = float(partial), float(wrong)
         self.max_length_ratio = float(max_length_ratio)
+        self.answer = answer or AUTO
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
-        reference = to_number(prompt.answer)
-        if reference is None:
+        reference = value(normalize(prompt.answer))
+        if reference is None:  # the process tiers compare calculation results with numbers
             raise ValueError(f"prompt {prompt.id!r} has a non-numeric reference answer {prompt.answer!r}")
         steps = calculations(completion)
-        if to_number(extract_answer(completion)) == reference:
+        if self.answer.correct(completion, prompt.answer):
             concise = len(completion) <= self.max_length_ratio * max(len(prompt.solution), 1)
             sound = all(c.correct is not False for c in steps) and in_order(steps, prompt.question)
             return self.correct if concise and sound else self.flawed

@@ -18,7 +18,7 @@ from grpo_aug.algo.group_stats import group_stats
 
 @dataclass(frozen=True)
 class GroupFilter:
-    zero_std: bool = False
+    zero_std: bool = True
     refill: bool = False
     max_rounds: int = 3
 

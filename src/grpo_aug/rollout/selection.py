@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from grpo_aug.data.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards import MathReward
+from grpo_aug.rewards import AnswerFormat, MathReward
 from grpo_aug.rollout.groups import PromptPool, SampledGroups
 from grpo_aug.rollout.selector import NoSelector
 
@@ -53,7 +53,7 @@ Gather = Callable[[object], list]  # this rank's object -> every rank's, in rank
 
 class PromptSelection:
     def __init__(self, predictor=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
-                 seed: int = 0, audit: float = 0.1, max_rounds: int = 2) -> None:
+                 seed: int = 0, audit: float = 0.1, max_rounds: int = 2, answer: AnswerFormat | None = None) -> None:
         if not 0 <= audit < 1:
             raise ValueError(f"rollout.selection.audit must be in [0, 1), got {audit}")
         if max_rounds < 0:
@@ -64,7 +64,7 @@ class PromptSelection:
         self.history = history or PromptHistory()
         self.pool = prompt_pool
         self.seed, self.audit, self.max_rounds = seed, audit, max_rounds
-        self.exact = MathReward()
+        self.exact = MathReward(answer=answer)  # the pass rate counts exact answers only
         self.window = dict.fromkeys(("considered", "skipped", "audited", "audited_flat", "passed_flat", "rows",
                                      "flat_rows"), 0)
         self.tokens_total = 0

@@ -1,0 +1,48 @@
+"""One chunk's part of an update's loss: the policy forward on the chunk's rows and the loss on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from grpo_aug.algo import policy_loss
+from grpo_aug.algo.scoring import Scorer
+from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.models.step import PreparedStep
+from grpo_aug.rollout.merge import select_rows, trim
+
+
+def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step: PreparedStep,
+               rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of `rows` (indices into the step's rows), on them trimmed to their longest completion.
+
+    entropy: measure the policy's entropy on this chunk (the first update of a rollout logs it);
+    with an entropy bonus every chunk measures it, with its gradient.
+    """
+    part = trim(select_rows(step.rollout, rows))
+    t = part.completion_mask.shape[1]
+    bonus = algo.entropy_coef > 0
+    if entropy or bonus:
+        logps, ent = scorer.logprobs(policy, part, with_entropy=True, entropy_grad=bonus)  # [c, t] each
+    else:
+        logps, ent = scorer.logprobs(policy, part), None  # [c, t]
+    # with one update per rollout the policy is still the rollout policy: no extra forward
+    old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]  # [c, t]
+    ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
+    mask = step.mask[rows, :t]  # [c, t]
+    loss, stats = policy_loss(
+        logps, ref, old, step.advantages[rows], mask, beta=beta, clip_eps_low=algo.clip_eps_low,
+        clip_eps_high=algo.clip_eps_high, kl=algo.kl, aggregate=aggregate, ratio=algo.ratio,
+        clip_ratio_c=algo.clip_ratio_c, entropy=ent, entropy_coef=algo.entropy_coef,
+    )
+    stats["tokens"] = mask.sum()
+    if ent is not None:
+        stats["entropy"] = (ent.detach() * mask).sum() / mask.sum().clamp(min=1)
+    return loss, stats
+
+
+def zero_loss(model: torch.nn.Module) -> torch.Tensor:
+    """0, but touching every weight, so every rank's backward reduces the same parameters."""
+    return 0.0 * sum(p.sum() for p in model.parameters())
