@@ -104,3 +104,9 @@ def test_bad_values_stop_before_anything_loads(tmp_path, overrides, message):
 def test_unknown_loss_variant_fails_at_compose(tmp_path):
     with pytest.raises(Exception, match="algo/loss"):
         compose_cfg(tmp_path, ["algo/loss=sum_of_squares"])
+
+
+def test_unknown_model_path_is_named(tmp_path):
+    cfg = compose_cfg(tmp_path, ["debug=fast", "model=hf", "model.name_or_path=/no/such/model"])
+    with pytest.raises(ValueError, match=r"model.name_or_path=./no/such/model.: cannot load a tokenizer"):
+        build_parts(cfg)

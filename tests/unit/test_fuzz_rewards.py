@@ -38,8 +38,9 @@ def test_evaluator_raises_only_not_arithmetic():
 
 
 def test_fuzz_subset_nothing_escapes_and_every_call_is_within_budget():
-    report = fuzz.run(fuzz.cases(10_000, seed=0))
-    assert report.calls == 10_000 * len(fuzz.targets())
+    # every kind of hostile case comes up in 3,000; the slow suite feeds 100,000
+    report = fuzz.run(fuzz.cases(3_000, seed=0))
+    assert report.calls == 3_000 * len(fuzz.targets())
     assert report.escapes == []
     slow = {name: (round(s * 1000, 1), text) for name, (s, text) in report.slowest.items() if s > BUDGET_S}
     assert slow == {}
