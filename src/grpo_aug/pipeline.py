@@ -91,6 +91,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         seed=cfg.seed,
         selection=selection,
         answer=answer,
+        prompt_format=datamodule.prompt_format,
     )
     return module, datamodule, callbacks
 

@@ -12,6 +12,7 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from grpo_aug.data.history import OnlineDifficulty, PromptHistory, StaticDifficulty
+from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.variants import Variants
@@ -73,6 +74,7 @@ class PromptDataModule(L.LightningDataModule):
         on_bad_row: str = "raise",
         difficulty: StaticDifficulty | OnlineDifficulty | None = None,
         history_smoothing: float = 0.5,
+        prompt_format: PlainPrompt | ChatPrompt | None = None,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
@@ -91,6 +93,7 @@ class PromptDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size
         self.seed = seed
         self.variants = variants
+        self.prompt_format = prompt_format or PlainPrompt()  # applied by the module, which has the tokenizer
         # every training prompt's rollouts so far; with online difficulty it also moves prompts
         # between buckets (updated by the module's PromptSelection, saved in checkpoints)
         self.history = PromptHistory(difficulty, history_smoothing)

@@ -22,6 +22,7 @@ from grpo_aug.algo.masks import loss_mask
 from grpo_aug.algo.optim import gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.evaluation import HeldoutAccuracy
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
@@ -58,10 +59,11 @@ class GRPOModule(L.LightningModule):
         seed: int = 0,
         selection: PromptSelection | None = None,
         answer: AnswerFormat | None = None,
+        prompt_format: PlainPrompt | ChatPrompt | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
-                                          "answer"])
+                                          "answer", "prompt_format"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -76,7 +78,9 @@ class GRPOModule(L.LightningModule):
         if rollout.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
-        self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool)
+        self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
+        self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
+                                    self.prompt_format)
         self.scorer = Scorer(algo.length_chunks, self._rank_mean)
         # which prompts to roll out; the per-prompt history
         self.selection = selection or PromptSelection(answer=answer)
@@ -317,7 +321,8 @@ class GRPOModule(L.LightningModule):
     # -- greedy held-out accuracy per bucket ------------------------------------------------
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
         greedy = torch.zeros(len(batch))
-        ro = generate(self.policy, self.tokenizer, [p.prompt for p in batch], greedy, 1.0, self.eval_max_new_tokens)
+        texts = self.prompt_format([p.prompt for p in batch])
+        ro = generate(self.policy, self.tokenizer, texts, greedy, 1.0, self.eval_max_new_tokens)
         self.val_accuracy.update(batch, ro.texts, self.device)
 
     def on_validation_epoch_end(self) -> None:

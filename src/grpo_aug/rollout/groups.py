@@ -68,8 +68,10 @@ class GroupSampler:
     per call: the adaptive temperature callback changes the ladder during a run."""
 
     def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
-                 prompt_pool: PromptPool | None = None) -> None:
+                 prompt_pool: PromptPool | None = None, prompt_format: Callable[[list[str]], list[str]] | None = None,
+                 ) -> None:
         self.tokenizer = tokenizer
+        self.prompt_format = prompt_format or list  # record text -> model input text (data/prompt_format)
         self.reward = reward
         self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
         self.prompt_pool = prompt_pool
@@ -82,8 +84,8 @@ class GroupSampler:
         R = s.rows_per_prompt  # G, or k x G before down-sampling
         device = next(policy.parameters()).device
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
-        ro = generate(policy, self.tokenizer, s.row_prompts(prompts), temperatures, s.top_p, s.max_new_tokens,
-                      generator=generator)
+        texts = self.prompt_format(s.row_prompts(prompts))  # hints go into the user message, then the template
+        ro = generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens, generator=generator)
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]

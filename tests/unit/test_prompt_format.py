@@ -1,0 +1,99 @@
+"""Chat prompts: the tokenizer's own template around the user message, checked on the token ids
+the rollout feeds the model, with a ChatML BPE tokenizer built here."""
+
+import functools
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
+from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.models.module import GRPOModule
+from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
+from grpo_aug.rollout.filter import GroupFilter
+from grpo_aug.rollout.settings import RolloutSettings
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIAL = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
+
+
+@pytest.fixture(scope="module")
+def chat_model_dir(tmp_path_factory):
+    """A byte-level BPE tokenizer with ChatML special tokens and template, and a tiny Llama."""
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    corpus = [r.prompt + r.solution for r in EASY] + ["system user assistant Be brief. Use steps."] * 5
+    core.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<pad>",
+                                  additional_special_tokens=["<|im_start|>", "<|endoftext|>"])
+    tok.chat_template = CHATML
+    out = tmp_path_factory.mktemp("chat")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _module(path, prompt_format, hints=()):
+    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+                   reward=RewardSet([RewardFunction(MathReward())]),
+                   rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=4,
+                                           hints=hints, filter=GroupFilter(zero_std=False)),
+                   algo=AlgoSettings(), prompt_format=prompt_format)
+    m.configure_model()
+    return m
+
+
+def _prompt_ids(rollout):
+    """Each row's prompt token ids without the left padding."""
+    ids = rollout.input_ids[:, : rollout.prompt_len]
+    keep = rollout.attention_mask[:, : rollout.prompt_len].bool()
+    return [row[k].tolist() for row, k in zip(ids, keep, strict=True)]
+
+
+def test_chat_rows_get_exactly_the_templated_token_ids(chat_model_dir):
+    m = _module(chat_model_dir, ChatPrompt(system_prompt="Be brief."))
+    calls = []
+    render = m.tokenizer.apply_chat_template
+    m.tokenizer.apply_chat_template = lambda *a, **k: (calls.append(a[0]), render(*a, **k))[1]
+    step = m.prepare(EASY[:2])
+    tok = PreTrainedTokenizerFast.from_pretrained(chat_model_dir)
+    start, end = tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    for g, ids in enumerate(_prompt_ids(step.rollout)):
+        record = EASY[g // 4]
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": record.prompt}]
+        expected = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+        assert ids == list(expected)
+        assert ids[0] == start and ids.count(start) == 3 and ids.count(end) == 2  # system, user, assistant
+        assert tok.decode(ids).endswith(f"{record.prompt}<|im_end|>\n<|im_start|>assistant\n")
+    assert len(calls) == 2  # rendered once per distinct prompt, not once per row
+
+
+def test_hints_change_the_user_message_only(chat_model_dir):
+    m = _module(chat_model_dir, ChatPrompt(), hints=("Use steps.",))
+    step = m.prepare(EASY[:1])
+    text = m.tokenizer.decode(_prompt_ids(step.rollout)[0])
+    user = EASY[0].prompt.replace(EASY[0].question, EASY[0].question + " Use steps.", 1)
+    assert text == f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_plain_format_feeds_the_record_text(chat_model_dir):
+    m = _module(chat_model_dir, PlainPrompt())
+    step = m.prepare(EASY[:1])
+    assert m.tokenizer.decode(_prompt_ids(step.rollout)[0]) == EASY[0].prompt
+
+
+def test_chat_without_a_template_is_a_clear_error(tiny_model_dir):
+    with pytest.raises(ValueError, match=r"data/prompt_format=chat needs a tokenizer with a chat template, "
+                                         r"and the one at .* has none"):
+        _module(tiny_model_dir, ChatPrompt())
