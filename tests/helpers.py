@@ -114,3 +114,35 @@ class Recorder:
 
     def log_metrics(self, values, step):
         self.logged.append((step, values))
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_chat_model(out: Path) -> Path:
+    """A byte-level BPE tokenizer with ChatML special tokens and template, and a tiny random Llama,
+    saved to `out` like an instruct model on a hub."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from grpo_aug.data.synthetic import SyntheticArithmetic
+
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    corpus = [r.prompt + r.solution for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load()]
+    corpus += ["system user assistant Be brief. Use steps. Question: Answer: \\boxed{}"] * 5
+    special = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    core.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=special,
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<pad>",
+                                  additional_special_tokens=["<|im_start|>", "<|endoftext|>"])
+    tok.chat_template = CHATML
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

@@ -5,8 +5,7 @@ import functools
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
@@ -15,33 +14,14 @@ from grpo_aug.models.module import GRPOModule
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
+from helpers import build_chat_model
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-SPECIAL = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
 
 
 @pytest.fixture(scope="module")
 def chat_model_dir(tmp_path_factory):
-    """A byte-level BPE tokenizer with ChatML special tokens and template, and a tiny Llama."""
-    core = Tokenizer(models.BPE(unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    corpus = [r.prompt + r.solution for r in EASY] + ["system user assistant Be brief. Use steps."] * 5
-    core.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
-                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<pad>",
-                                  additional_special_tokens=["<|im_start|>", "<|endoftext|>"])
-    tok.chat_template = CHATML
-    out = tmp_path_factory.mktemp("chat")
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return build_chat_model(tmp_path_factory.mktemp("chat"))
 
 
 def _module(path, prompt_format, hints=()):

@@ -1,0 +1,74 @@
+"""Every conf/experiment file composes into the settings it promises, and trains a few steps on
+the tiny model (the slow test; an instruct model's experiment runs on a tiny ChatML model)."""
+
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+from grpo_aug.algo.aggregate import ConstantNorm, RowMean, TokenMean
+from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
+from grpo_aug.data.prompt_format import ChatPrompt
+from grpo_aug.pipeline import rollout_settings, train
+from grpo_aug.rewards import SoftMathReward
+from helpers import ROOT, TINY, build_chat_model, compose_cfg
+
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+def test_the_experiments_the_readme_lists_exist():
+    assert EXPERIMENTS == ["dapo", "dr_grpo", "gsm8k_qwen2.5_0.5b_instruct", "gspo", "tiny"]
+
+
+def _settings(tmp_path, name):
+    cfg = compose_cfg(tmp_path, [f"experiment={name}"])
+    return cfg, instantiate(cfg.algo, _convert_="all"), rollout_settings(cfg.rollout)[0]
+
+
+def test_each_experiment_composes_to_its_recipe(tmp_path):
+    cfg, algo, rollout = _settings(tmp_path, "dapo")
+    assert isinstance(algo.loss, TokenMean) and (algo.clip_eps_low, algo.clip_eps_high) == (0.2, 0.28)
+    assert not algo.needs_reference and algo.overlong_buffer > 0
+    assert rollout.filter.zero_std and rollout.filter.refill
+
+    cfg, algo, rollout = _settings(tmp_path, "dr_grpo")
+    assert isinstance(algo.loss, ConstantNorm) and algo.scale_by_std is False and algo.needs_reference
+
+    cfg, algo, rollout = _settings(tmp_path, "gspo")
+    assert isinstance(algo.ratio, SequenceRatio) and algo.clip_eps_high == pytest.approx(4e-4)
+    assert not algo.needs_reference and algo.minibatches == 2
+
+    cfg, algo, rollout = _settings(tmp_path, "tiny")
+    default = compose_cfg(tmp_path, [])
+    assert cfg.model == default.model and cfg.data == default.data and cfg.algo == default.algo
+    assert isinstance(algo.loss, RowMean) and isinstance(algo.ratio, TokenRatio)
+
+    cfg, algo, rollout = _settings(tmp_path, "gsm8k_qwen2.5_0.5b_instruct")
+    model = instantiate(cfg.model)
+    assert (model.name_or_path, model.dtype) == ("Qwen/Qwen2.5-0.5B-Instruct", "bfloat16")
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.accelerator == "gpu"
+    fmt = instantiate(cfg.data.prompt_format)
+    assert isinstance(fmt, ChatPrompt) and "\\boxed{}" in fmt.system_prompt
+    reward = instantiate(cfg.reward, _convert_="all")
+    assert isinstance(reward.functions[-1].fn, SoftMathReward)
+    assert Path(cfg.data.source.path).name == "train.jsonl" and Path(cfg.data.source.heldout_path).name == "test.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_each_experiment_trains_a_few_steps_on_a_tiny_model(tmp_path, name):
+    overrides = [f"experiment={name}", "logger=csv"]
+    if name.startswith("gsm8k"):
+        if not (ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl").exists():
+            pytest.skip("GSM8K is read from ../shared/data/gsm8k")
+        chat = build_chat_model(tmp_path / "chat")
+        # debug=fast's sizes, without its synthetic-data key
+        overrides += [f"model.name_or_path={chat}", "trainer=cpu", "trainer.max_steps=4",
+                      "trainer.val_check_interval=2", "trainer.log_every_n_steps=1", "data.batch_size=2",
+                      "data.heldout_per_bucket=4", "data.val_batch_size=4", "rollout.group_size=4",
+                      "rollout.max_new_tokens=8"]
+    else:
+        overrides += ["debug=fast", *TINY]
+    final = train(compose_cfg(tmp_path, overrides))
+    assert any(k.startswith("eval/accuracy/") for k in final), final
+    assert (tmp_path / "run" / "policy" / "config.json").exists()
