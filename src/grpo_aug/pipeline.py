@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_aug.callbacks import SampleHealth
+from grpo_aug.data.pass_rate import retier_by_pass_rate
 from grpo_aug.models.loading import save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
@@ -93,6 +94,8 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         answer=answer,
         prompt_format=datamodule.prompt_format,
     )
+    if getattr(datamodule.source, "tiers", None) == "pass_rate":
+        retier_by_pass_rate(module, datamodule, rollout.max_new_tokens, cfg.seed)
     return module, datamodule, callbacks
 
 

@@ -117,6 +117,17 @@ class PromptDataModule(L.LightningDataModule):
             log.info("data.variants: %d variants from %d training prompts (%d of %d attempts failed)",
                      len(made), len(self.train_records), sum(self.variants.failures.values()), self.variants.attempts)
             self.train_records = self.train_records + made
+        if getattr(self.source, "tiers", None) == "pass_rate":
+            return  # buckets come from the starting policy (retier), then the checks below run
+        self.start_buckets()
+
+    def retier(self, buckets: dict[str, str]) -> None:
+        """New buckets by record id (every training and held-out record), then the setup checks."""
+        self.train_records = [dataclasses.replace(r, bucket=buckets[r.id]) for r in self.train_records]
+        self.heldout_records = [dataclasses.replace(r, bucket=buckets[r.id]) for r in self.heldout_records]
+        self.start_buckets()
+
+    def start_buckets(self) -> None:
         self.history.start({r.id: r.bucket for r in self.train_records})
         # fail now, not at the step that first needs the bucket
         self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
