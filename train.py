@@ -3,6 +3,7 @@
     python train.py                                   # default: tiny offline model, synthetic task
     python train.py data=gsm8k rollout.group_size=16 trainer.max_steps=1000
     python train.py mode=preflight                    # check the samples first; exit 1 on a failed check
+    python train.py mode=eval model.name_or_path=<dir or .ckpt> data=gsm8k data.eval_path=<file>
 """
 
 import sys
@@ -10,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from grpo_aug.pipeline import train
+from grpo_aug.pipeline import evaluate, train
 from grpo_aug.preflight import preflight
 
 
@@ -19,7 +20,12 @@ def train_mode(cfg: DictConfig) -> int:
     return 0  # a failure raises
 
 
-MODES = {"train": train_mode, "preflight": preflight}
+def eval_mode(cfg: DictConfig) -> int:
+    evaluate(cfg)
+    return 0
+
+
+MODES = {"train": train_mode, "preflight": preflight, "eval": eval_mode}
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import warnings
@@ -17,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_aug.callbacks import SampleHealth
 from grpo_aug.data.pass_rate import retier_by_pass_rate
-from grpo_aug.models.loading import save_pretrained_dir
+from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.warmup import supervised_warmup
@@ -57,10 +59,15 @@ def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | No
 
 
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
-    """Module, data and callbacks, without a Trainer (preflight needs no more)."""
+    """Module, data and callbacks, without a Trainer (preflight and evaluation need no more)."""
     # settings first: a bad value fails here, before any data or model is loaded
     check_run(cfg)
     model = instantiate(cfg.model)
+    evaluation = instantiate(cfg.eval)
+    weights = None
+    if str(model.name_or_path).endswith(".ckpt"):  # a training checkpoint: its base model, then its weights
+        base, weights = checkpoint_policy(model.name_or_path)
+        model = dataclasses.replace(model, name_or_path=base, warmup=None)
     rollout, selection_cfg = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
@@ -93,7 +100,11 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         selection=selection,
         answer=answer,
         prompt_format=datamodule.prompt_format,
+        evaluation=evaluation,
     )
+    if weights is not None:
+        module.configure_model()
+        module.policy.load_state_dict(weights)
     if getattr(datamodule.source, "tiers", None) == "pass_rate":
         retier_by_pass_rate(module, datamodule, rollout.max_new_tokens, cfg.seed)
     return module, datamodule, callbacks
@@ -141,6 +152,30 @@ def train(cfg: DictConfig) -> dict[str, float]:
     final = {**metrics, **module.last_eval, **final_health(trainer)}
     log_final_hparams(trainer, cfg, final)
     return final
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """mode=eval: the held-out evaluation of model.name_or_path (a directory or a training .ckpt),
+    no training; the numbers go to the log, TensorBoard and <run dir>/eval.json."""
+    L.seed_everything(cfg.seed, workers=True)
+    module, datamodule, _ = build_parts(cfg)
+    if cfg.eval.limit is not None:
+        datamodule.heldout_records = datamodule.heldout_records[: cfg.eval.limit]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer = instantiate(cfg.trainer, callbacks=[], logger=loggers or False)
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    counts = {b: sum(r.bucket == b for r in datamodule.heldout_records) for b in ("easy", "medium", "hard")}
+    result = {"model": str(cfg.model.name_or_path), "eval_path": cfg.data.get("eval_path"),
+              "samples": cfg.eval.samples, "temperature": cfg.eval.temperature, "problems": counts,
+              "metrics": module.last_eval}
+    if trainer.is_global_zero:
+        out = Path(cfg.paths.output_dir) / "eval.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        log.info("evaluation written to %s", out)
+    for logger in trainer.loggers:
+        logger.finalize("success")
+    return module.last_eval
 
 
 def final_health(trainer: L.Trainer) -> dict[str, float]:

@@ -75,6 +75,7 @@ class PromptDataModule(L.LightningDataModule):
         difficulty: StaticDifficulty | OnlineDifficulty | None = None,
         history_smoothing: float = 0.5,
         prompt_format: PlainPrompt | ChatPrompt | None = None,
+        eval_path: str | None = None,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
@@ -93,6 +94,10 @@ class PromptDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size
         self.seed = seed
         self.variants = variants
+        if eval_path is not None and not hasattr(source, "load_eval"):
+            raise ValueError(f"data.eval_path={eval_path!r}: the data source {type(source).__name__} reads no files; "
+                             "use data=gsm8k or data=dataset")
+        self.eval_path = eval_path  # every problem of this file is evaluated, in file order
         self.prompt_format = prompt_format or PlainPrompt()  # applied by the module, which has the tokenizer
         # every training prompt's rollouts so far; with online difficulty it also moves prompts
         # between buckets (updated by the module's PromptSelection, saved in checkpoints)
@@ -105,8 +110,9 @@ class PromptDataModule(L.LightningDataModule):
         if self.train_records:
             return
         records = self.source.load(self.on_bad_row)
-        heldout = self.source.load_heldout(self.on_bad_row)
-        if heldout is None:
+        if self.eval_path is not None:
+            self.train_records, self.heldout_records = records, self.source.load_eval(self.eval_path, self.on_bad_row)
+        elif (heldout := self.source.load_heldout(self.on_bad_row)) is None:
             self.train_records, self.heldout_records = split_heldout(records, self.heldout_per_bucket, self.seed)
         else:
             self.train_records = records

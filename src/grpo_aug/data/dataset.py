@@ -198,6 +198,9 @@ class DatasetSource:
         records = self._read(self.split, on_bad_row)
         return records if self.heldout_share is None else [r for r in records if not self._held_out(r)]
 
+    def load_eval(self, path: str, on_bad_row: str = "raise") -> list[Prompt]:
+        return self._read(self.heldout_split or self.split, on_bad_row, path)
+
     def load_heldout(self, on_bad_row: str = "raise") -> list[Prompt] | None:
         if self.heldout_split is not None:
             return self._read(self.heldout_split, on_bad_row)

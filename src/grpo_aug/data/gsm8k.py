@@ -109,6 +109,9 @@ class GSM8KSource:
     def load(self, on_bad_row: str = "raise") -> list[Prompt]:
         return read_gsm8k(self.path, self.prompt_template, self.easy_max, self.medium_max, on_bad_row)
 
+    def load_eval(self, path: str, on_bad_row: str = "raise") -> list[Prompt]:
+        return read_gsm8k(path, self.prompt_template, self.easy_max, self.medium_max, on_bad_row)
+
     def load_heldout(self, on_bad_row: str = "raise") -> list[Prompt] | None:
         if self.heldout_path is None:
             return None

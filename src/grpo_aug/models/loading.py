@@ -55,3 +55,17 @@ def save_pretrained_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
             raise
         shutil.rmtree(tmp)  # another rank finished the same directory first
     return out
+
+
+def checkpoint_policy(path: str) -> tuple[str, dict[str, torch.Tensor]]:
+    """A training checkpoint as a model: the path its run loaded the policy from, and the policy's
+    weights. The base path must still exist (it holds the architecture and the tokenizer)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError) as err:
+        raise ValueError(f"model.name_or_path={path!r}: cannot read the checkpoint ({err})") from err
+    base = (ckpt.get("hyper_parameters") or {}).get("name_or_path")
+    weights = {k[len("policy."):]: v for k, v in ckpt.get("state_dict", {}).items() if k.startswith("policy.")}
+    if base is None or not weights:
+        raise ValueError(f"model.name_or_path={path!r}: not a grpo-aug training checkpoint (no policy weights)")
+    return base, weights

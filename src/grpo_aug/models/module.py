@@ -24,13 +24,12 @@ from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
-from grpo_aug.models.evaluation import HeldoutAccuracy
+from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 from grpo_aug.rewards import AnswerFormat, RewardSet
-from grpo_aug.rollout import generate
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.selection import PromptSelection
@@ -60,10 +59,11 @@ class GRPOModule(L.LightningModule):
         selection: PromptSelection | None = None,
         answer: AnswerFormat | None = None,
         prompt_format: PlainPrompt | ChatPrompt | None = None,
+        evaluation: EvalSettings | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
-                                          "answer", "prompt_format"])
+                                          "answer", "prompt_format", "evaluation"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -100,7 +100,7 @@ class GRPOModule(L.LightningModule):
         self.consecutive_skipped = 0
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
-        self.val_accuracy = HeldoutAccuracy(answer)
+        self.val_accuracy = HeldoutAccuracy(answer, evaluation)
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -318,12 +318,12 @@ class GRPOModule(L.LightningModule):
             for logger in self.trainer.loggers:
                 logger.log_metrics(scalars, step=self.global_step)
 
-    # -- greedy held-out accuracy per bucket ------------------------------------------------
+    # -- held-out evaluation per bucket (models/evaluation.py) -------------------------------
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
-        greedy = torch.zeros(len(batch))
-        texts = self.prompt_format([p.prompt for p in batch])
-        ro = generate(self.policy, self.tokenizer, texts, greedy, 1.0, self.eval_max_new_tokens)
-        self.val_accuracy.update(batch, ro.texts, self.device)
+        rank = self.global_rank if self._trainer is not None else 0
+        seed = ((self.seed * 1_000_003 + self.global_step) * 10_007 + batch_idx) * 1_009 + rank
+        self.val_accuracy.evaluate(self.policy, self.tokenizer, self.prompt_format([p.prompt for p in batch]), batch,
+                                   self.eval_max_new_tokens, seed, self.device)
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = accuracy = self.val_accuracy.compute()
@@ -332,5 +332,4 @@ class GRPOModule(L.LightningModule):
         for logger in self.trainer.loggers:
             logger.log_metrics(accuracy, step=self.global_step)
         if self.trainer.is_global_zero:
-            shown = "  ".join(f"{k.rsplit('/', 1)[1]} {a:.3f}" for k, a in accuracy.items())
-            log.info("step %d  greedy held-out accuracy: %s", self.global_step, shown)
+            log.info("step %d  %s", self.global_step, describe(accuracy))
