@@ -28,6 +28,14 @@ def compose_cfg(tmp_path: Path, overrides: list[str]):
         return compose(config_name="train", overrides=paths + overrides)
 
 
+def train_here(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
+    """The real train(cfg) in this process (no interpreter start-up), run dir and cache under tmp_path.
+    For behaviour that needs no process of its own: exit codes and stderr go through run_train."""
+    from grpo_aug.pipeline import train
+
+    return train(compose_cfg(tmp_path, overrides))
+
+
 def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600,
               cache: Path | None = None) -> subprocess.CompletedProcess:
     """`python train.py ...` in a subprocess, run dir (and cache, unless given) under tmp_path."""

@@ -1,5 +1,5 @@
 """Every conf/experiment file composes into the settings it promises, and trains a few steps on
-the tiny model (the slow test; an instruct model's experiment runs on a tiny ChatML model)."""
+the tiny model (an instruct model's experiment on a tiny ChatML model)."""
 
 from pathlib import Path
 
@@ -54,7 +54,6 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert Path(cfg.data.source.path).name == "train.jsonl" and Path(cfg.data.source.heldout_path).name == "test.jsonl"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_each_experiment_trains_a_few_steps_on_a_tiny_model(tmp_path, name):
     overrides = [f"experiment={name}", "logger=csv"]

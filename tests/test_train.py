@@ -1,4 +1,5 @@
-"""End-to-end runs through the real Hydra entry point."""
+"""End-to-end runs: through the real entry point (a subprocess) where the exit code, stderr or the
+process itself is the behaviour; through train(cfg) in this process otherwise."""
 
 import math
 import signal
@@ -6,7 +7,7 @@ import signal
 import pytest
 import torch
 
-from helpers import TINY, all_finite, read_events, read_scalars, run_train
+from helpers import TINY, all_finite, read_events, read_scalars, run_train, train_here
 
 HEALTH = [
     "health/reward_mean",
@@ -64,8 +65,7 @@ ACTING = ["rollout/selector=learned", "rollout.selector.predictor.warmup_groups=
 
 
 def test_selector_online_difficulty_and_oversampling_log_and_checkpoint_their_state(tmp_path):
-    result = run_train(tmp_path, ["debug=fast", *TINY, *ACTING, "trainer.max_steps=6"])
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_here(tmp_path, ["debug=fast", *TINY, *ACTING, "trainer.max_steps=6"])
     run = tmp_path / "run"
     scalars = read_scalars(run)
     for tag in ("selector/skip_frac", "rollout/flat_rows_frac", "rollout/tokens_total", "rollout/oversample_std_gain",
@@ -89,8 +89,7 @@ def test_windows_without_loss_tokens_log_no_nan_anywhere(tmp_path):
     """An untrained model scores 0 everywhere: with the zero-std filter every group leaves the
     update, so no step has a loss token. Token-weighted curves get no point; nothing is NaN,
     the final hparams included."""
-    result = run_train(tmp_path, ["debug=fast", *TINY, "rollout.filter.zero_std=true"])
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_here(tmp_path, ["debug=fast", *TINY, "rollout.filter.zero_std=true"])
     scalars = read_scalars(tmp_path / "run")
     assert scalars["health/zero_std_frac"] and all(v == 1.0 for _, v in scalars["health/zero_std_frac"])
     assert all(math.isfinite(v) for points in scalars.values() for _, v in points)
@@ -115,8 +114,7 @@ def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
     overrides = ["debug=fast", *TINY, "rollout.temperatures=[0.0]", "callbacks=[default,adaptive_temperature]",
                  "callbacks.adaptive_temperature.window=1", "callbacks.adaptive_temperature.patience=1",
                  "callbacks.adaptive_temperature.floor=0.0"]
-    result = run_train(tmp_path, overrides)
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_here(tmp_path, overrides)
     scalars = read_scalars(tmp_path / "run")
     assert scalars["health/reward_std"][0][1] == 0.0  # all rows greedy: identical, no spread
     tops = [v for _, v in scalars["rollout/temperature_max"]]
@@ -125,19 +123,16 @@ def test_greedy_ladder_has_no_contrast_and_the_controller_raises_it(tmp_path):
 
 def test_hf_model_from_a_saved_directory(tmp_path, tiny_model_dir):
     """model=hf loads any local save_pretrained directory, the path real models take."""
-    result = run_train(tmp_path, ["debug=fast", "model=hf", f"model.name_or_path={tiny_model_dir}"])
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_here(tmp_path, ["debug=fast", "model=hf", f"model.name_or_path={tiny_model_dir}"])
     assert all_finite(read_scalars(tmp_path / "run")["health/reward_mean"])
     assert not (tmp_path / "cache").exists()  # nothing built: the given model was used as is
 
 
 def test_resume_from_a_checkpoint_continues_at_the_saved_step(tmp_path):
     every4 = ["trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=4"]
-    whole = run_train(tmp_path / "a", ["debug=fast", *TINY, *every4])
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    train_here(tmp_path / "a", ["debug=fast", *TINY, *every4])
     ckpt = tmp_path / "a" / "run" / "checkpoints" / "step-4.ckpt"
-    resumed = run_train(tmp_path / "b", ["debug=fast", *TINY, *every4, f"ckpt_path={ckpt}"])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    train_here(tmp_path / "b", ["debug=fast", *TINY, *every4, f"ckpt_path={ckpt}"])
     scalars = read_scalars(tmp_path / "b" / "run")
     assert [step for step, _ in scalars["health/reward_mean"]] == [5, 6]
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [6]  # no fresh-policy baseline on resume
@@ -154,8 +149,7 @@ def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
                "rollout.filter.zero_std=false",
                "algo/beta=relax", "algo/kl=k2", "algo.clip_eps_high=0.28", "algo.overlong_buffer=2",
                "algo.repeat_ngram=2", "trainer.max_steps=8", "trainer.val_check_interval=1"]
-    first = run_train(tmp_path / "a", ["debug=fast", *TINY, *variant])
-    assert first.returncode == 0, first.stderr[-3000:]
+    train_here(tmp_path / "a", ["debug=fast", *TINY, *variant])
     scalars = read_scalars(tmp_path / "a" / "run")
     # 2 rollouts x (2 iterations x 2 minibatches) = 8 optimizer steps; every curve is on that axis
     assert [step for step, _ in scalars["health/reward_mean"]] == [4, 8]
@@ -165,8 +159,7 @@ def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
         assert all_finite(scalars[tag]), tag
     ckpt = tmp_path / "a" / "run" / "checkpoints" / "last.ckpt"
     assert "beta_schedule" in torch.load(ckpt, map_location="cpu", weights_only=False)
-    second = run_train(tmp_path / "b", ["debug=fast", *TINY, *variant, f"ckpt_path={ckpt}", "trainer.max_steps=12"])
-    assert second.returncode == 0, second.stderr[-3000:]
+    train_here(tmp_path / "b", ["debug=fast", *TINY, *variant, f"ckpt_path={ckpt}", "trainer.max_steps=12"])
     assert [step for step, _ in read_scalars(tmp_path / "b" / "run")["health/reward_mean"]] == [12]
 
 
