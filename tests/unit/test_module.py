@@ -322,7 +322,7 @@ def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison, monkeypatch
     assert (g1, g2) == (1, 2)  # the skipped update still counts as a step
     assert not _same(w2, w3) and not _same(o2, o3)  # the next finite update trains as usual
     assert [float(o["report"].nonfinite) for o in outs] == [0.0, 1.0, 0.0]
-    assert m.skipped_total == 1 and m.consecutive_skipped == 0
+    assert m.counts.skipped_total == 1 and m.counts.consecutive_skipped == 0
 
 
 def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir, monkeypatch):
@@ -349,7 +349,7 @@ def test_an_update_with_no_loss_token_changes_nothing(tiny_model_dir):
     (w1, o1, s1, g1), (w2, o2, s2, g2) = snap.states
     assert float(outs[0]["report"].loss_tokens) > 0 and float(outs[1]["report"].loss_tokens) == 0
     assert _same(w1, w2) and _same(o1, o2) and _same(s1, s2) and (g1, g2) == (1, 2)
-    assert m.skipped_total == 0  # not a non-finite skip
+    assert m.counts.skipped_total == 0  # not a non-finite skip
 
 
 def test_lr_factor_ramps_then_decays_linearly_to_the_final_share():

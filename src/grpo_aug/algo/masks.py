@@ -90,3 +90,17 @@ def loss_mask(completion_ids: torch.Tensor, completion_mask: torch.Tensor, trunc
                 keep *= torch.tensor(repetition_mask(ids[:n], repeat_ngram, repeat_max), dtype=mask.dtype)
             mask[i, :n] *= keep.to(mask.device)
     return mask * valid.reshape(-1, 1).to(mask.dtype)  # [N, T]
+
+
+class TokenText:
+    """token id -> its text alone (special tokens empty), decoded once per id: the template masks'
+    view of a completion's tokens."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        if token_id not in self.cache:
+            self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
+        return self.cache[token_id]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
 from collections.abc import Callable
 
 import lightning as L
@@ -18,7 +17,7 @@ import torch
 
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.loss import merge_stats
-from grpo_aug.algo.masks import loss_mask
+from grpo_aug.algo.masks import TokenText, loss_mask
 from grpo_aug.algo.optim import gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
@@ -26,6 +25,7 @@ from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
+from grpo_aug.models.run_counts import RunCounts
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
@@ -78,6 +78,7 @@ class GRPOModule(L.LightningModule):
         if rollout.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
+        self.token_text = TokenText(self.tokenizer)  # for the template masks
         self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
                                     self.prompt_format)
@@ -93,11 +94,7 @@ class GRPOModule(L.LightningModule):
         # a list hides the reference from nn.Module registration: it is not trained, not in the
         # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
         self._frozen: list[torch.nn.Module] = []
-        self._pieces: dict[int, str] = {}  # token id -> its text alone, for the template masks
-        self.reward_errors: Counter[str] = Counter()  # calls that raised, per reward function, this run
-        self.reward_timeouts: Counter[str] = Counter()  # calls past reward.timeout_s, this run
-        self.skipped_total = 0  # updates skipped for a non-finite loss or gradient norm, this run
-        self.consecutive_skipped = 0
+        self.counts = RunCounts()  # failed reward calls and skipped updates, this run
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
         self.val_accuracy = HeldoutAccuracy(answer, evaluation)
@@ -148,10 +145,7 @@ class GRPOModule(L.LightningModule):
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
         checkpoint["run_state"] = {
             "rng": gather_per_rank(capture_rng(self.generator)),  # every rank calls this: it gathers
-            "reward_errors": dict(self.reward_errors),
-            "reward_timeouts": dict(self.reward_timeouts),
-            "skipped_total": self.skipped_total,
-            "consecutive_skipped": self.consecutive_skipped,
+            **self.counts.state_dict(),
             "selection": self.selection.state_dict(),  # the same on every rank
         }
 
@@ -159,10 +153,7 @@ class GRPOModule(L.LightningModule):
         self.algo.beta.load_state_dict(checkpoint.get("beta_schedule", {}))
         state = checkpoint.get("run_state")
         if state is not None:
-            self.reward_errors = Counter(state["reward_errors"])
-            self.reward_timeouts = Counter(state["reward_timeouts"])
-            self.skipped_total = state["skipped_total"]
-            self.consecutive_skipped = state["consecutive_skipped"]
+            self.counts.load_state_dict(state)
             if "selection" in state:
                 self.selection.load_state_dict(state["selection"])
             self._restored = state
@@ -183,11 +174,10 @@ class GRPOModule(L.LightningModule):
         updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
         kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
         a.beta.observe(self.global_step, kl_mean.item())
-        self.skipped_total += int(updates["skipped"].sum())
         self._log_step(step, updates, beta)
-        if self.consecutive_skipped >= a.max_consecutive_nonfinite:
+        if self.counts.consecutive_skipped >= a.max_consecutive_nonfinite:
             raise NonFiniteTraining(
-                f"step {self.global_step}: {self.consecutive_skipped} updates in a row had a non-finite loss or "
+                f"step {self.global_step}: {self.counts.consecutive_skipped} updates in a row had a non-finite loss or "
                 f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
                 f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
                 "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
@@ -216,7 +206,7 @@ class GRPOModule(L.LightningModule):
         # 3. which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
         mask = loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated, valid[groups],
                          a.mask_truncated, a.compiled_templates, a.repeat_ngram, a.repeat_max,
-                         self._piece)  # [B*G, T]
+                         self.token_text)  # [B*G, T]
 
         # 4. advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.reward.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
@@ -279,7 +269,7 @@ class GRPOModule(L.LightningModule):
                 self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
             optimizer.step()
             schedule.step()
-        self.consecutive_skipped = self.consecutive_skipped + 1 if skip else 0
+        self.counts.add_update(skip)
         return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=self.device),
                 "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
@@ -293,18 +283,12 @@ class GRPOModule(L.LightningModule):
         ckpt = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or ""
         return f"Last checkpoint: {ckpt}." if ckpt else "No checkpoint was saved yet."
 
-    def _piece(self, token_id: int) -> str:
-        if token_id not in self._pieces:
-            self._pieces[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
-        return self._pieces[token_id]
-
     def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float) -> None:
         sampled = step.sampled
-        for name in sampled.parts:
-            self.reward_errors[name] += sampled.errors[name]
-            self.reward_timeouts[name] += sampled.timeouts[name]
-        values = train_scalars(step, summary, beta, self.skipped_total, self.reward_errors,
-                               self.reward_timeouts if self.reward.timed is not None else None,
+        c = self.counts
+        c.add_rewards(sampled.parts, sampled.errors, sampled.timeouts)
+        values = train_scalars(step, summary, beta, c.skipped_total, c.reward_errors,
+                               c.reward_timeouts if self.reward.timed is not None else None,
                                self.rollout_settings.oversample > 1, self.algo.clip_ratio_c is not None)
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
