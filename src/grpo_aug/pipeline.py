@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_aug.callbacks import SampleHealth
 from grpo_aug.data.pass_rate import retier_by_pass_rate
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
+from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.warmup import supervised_warmup
@@ -101,6 +102,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         answer=answer,
         prompt_format=datamodule.prompt_format,
         evaluation=evaluation,
+        lora=model.lora,
     )
     if weights is not None:
         module.configure_model()
@@ -148,6 +150,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy")
         log.info("final policy saved to %s", out)
+        if module.lora.merge_on_save:
+            merged = save_merged(module.policy, out / "merged")
+            module.tokenizer.save_pretrained(merged)
+            log.info("merged model (adapter folded in) saved to %s", merged)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     final = {**metrics, **module.last_eval, **final_health(trainer)}
     log_final_hparams(trainer, cfg, final)

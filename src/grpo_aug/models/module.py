@@ -8,6 +8,7 @@ backwards, non-finite and empty updates skipped on every rank), logging and run 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
+from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
 from grpo_aug.models.run_counts import RunCounts
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
@@ -60,10 +62,11 @@ class GRPOModule(L.LightningModule):
         answer: AnswerFormat | None = None,
         prompt_format: PlainPrompt | ChatPrompt | None = None,
         evaluation: EvalSettings | None = None,
+        lora: Lora | NoLora | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
-                                          "answer", "prompt_format", "evaluation"])
+                                          "answer", "prompt_format", "evaluation", "lora"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -72,6 +75,9 @@ class GRPOModule(L.LightningModule):
         self.rollout_settings = rollout
         self.algo = algo
         self.dtype_name = dtype
+        self.lora = lora or NoLora()
+        # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
+        self.strict_loading = not self.lora.active
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
         self.lr_warmup_steps = lr_warmup_steps
         self.lr_final_ratio = lr_final_ratio
@@ -99,20 +105,22 @@ class GRPOModule(L.LightningModule):
         self.last_eval: dict[str, float] = {}
         self.val_accuracy = HeldoutAccuracy(answer, evaluation)
 
-    @property
-    def reference(self) -> torch.nn.Module:
-        return self._frozen[0]
+    def reference(self):
+        """A context giving the reference model: the frozen copy, or the policy with its adapter off."""
+        return adapter_off(self.policy) if self.lora.active else contextlib.nullcontext(self._frozen[0])
 
     def configure_model(self) -> None:
         if self.policy is not None:  # Lightning may call this more than once
             return
         self.policy = load_policy(self.name_or_path, self.dtype_name)
         self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
-        if self.algo.needs_reference:  # beta 0 for the whole run: no second copy of the weights
+        # no second copy of the weights with beta 0 for the whole run, or with an adapter
+        if self.algo.needs_reference and not self.lora.active:
             self._frozen = [frozen_copy(self.policy)]
+        self.policy = self.lora.apply(self.policy)
 
     def configure_optimizers(self) -> dict:
-        optimizer = self.optimizer_factory(params=self.policy.parameters())
+        optimizer = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])
         total = self.trainer.max_steps if self._trainer is not None else 0
         factor = functools.partial(lr_factor, warmup=self.lr_warmup_steps, total=total, final=self.lr_final_ratio)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -142,6 +150,10 @@ class GRPOModule(L.LightningModule):
             self._restored = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.lora.active:  # the adapter alone: the frozen base is reloaded from name_or_path
+            keep = trainable_keys(self.policy, "policy.")
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                        if k in keep or not k.startswith("policy.")}
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
         checkpoint["run_state"] = {
             "rng": gather_per_rank(capture_rng(self.generator)),  # every rank calls this: it gathers
@@ -150,6 +162,11 @@ class GRPOModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self.lora.active:
+            missing = trainable_keys(self.policy, "policy.") - set(checkpoint["state_dict"])
+            if missing:
+                raise ValueError(f"the checkpoint lacks {len(missing)} adapter weights (e.g. {sorted(missing)[0]}): "
+                                 "it was not saved with this model.lora configuration")
         self.algo.beta.load_state_dict(checkpoint.get("beta_schedule", {}))
         state = checkpoint.get("run_state")
         if state is not None:
@@ -219,7 +236,8 @@ class GRPOModule(L.LightningModule):
             chunks = self.scorer.chunks(self.policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
             with torch.no_grad():
                 if a.needs_reference:
-                    ref_logps = self.scorer.logprobs(self.reference, ro, chunks)  # [B*G, T]
+                    with self.reference() as reference:
+                        ref_logps = self.scorer.logprobs(reference, ro, chunks)  # [B*G, T]
                 if a.updates_per_rollout > 1:
                     old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
         exhausted = s.filter.refill and int(sampled.informative.sum()) < len(picked.prompts)
