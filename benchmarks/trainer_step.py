@@ -4,6 +4,7 @@
     python benchmarks/trainer_step.py              # both workloads, 2 alternating rounds each
     python benchmarks/trainer_step.py --workload tiny --steps 20 --rounds 1
     python benchmarks/trainer_step.py --arms grpo_aug,grpo_aug_beta0   # what beta 0 (no reference) saves
+    python benchmarks/trainer_step.py --workload small --arms grpo_aug,grpo_aug_lora   # LoRA r=16: RSS, checkpoint
 
 Workloads (fp32, CPU, 2 threads, no gradient checkpointing, beta 0.04, one update per rollout,
 8 prompts x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
@@ -73,7 +74,7 @@ def digit_share(completion: str) -> float:
 
 
 # -- grpo-aug ------------------------------------------------------------------------------
-def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04) -> dict:
+def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04, lora: bool = False) -> dict:
     import functools
 
     import lightning as L
@@ -85,6 +86,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04)
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth
     from grpo_aug.data.records import Prompt
+    from grpo_aug.models.lora import Lora, NoLora
     from grpo_aug.models.module import GRPOModule
     from grpo_aug.rewards import RewardFunction, RewardSet
     from grpo_aug.rollout.settings import RolloutSettings
@@ -101,6 +103,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04)
         reward=RewardSet([RewardFunction(Digits())]),
         rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
         algo=AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta)),  # beta 0: no reference model
+        lora=Lora(r=16, alpha=32) if lora else NoLora(),
     )
     parts: dict[str, float] = defaultdict(float)
 
@@ -153,7 +156,11 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04)
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[clock, SampleHealth(every_n_steps=1), After()])
     trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
-    return {"step_seconds": step_times, "breakdown": breakdown, "completion_length": lengths}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer.save_checkpoint(Path(tmp) / "last.ckpt")
+        checkpoint_mb = (Path(tmp) / "last.ckpt").stat().st_size / 2**20
+    return {"step_seconds": step_times, "breakdown": breakdown, "completion_length": lengths,
+            "checkpoint_mb": checkpoint_mb}
 
 
 # -- TRL -------------------------------------------------------------------------------------
@@ -252,7 +259,8 @@ def child(which: str, workload: str, model_dir: str, steps: int) -> None:
     torch.set_num_threads(2)
     torch.manual_seed(0)
     runners = {"grpo_aug": run_grpo_aug, "trl": run_trl,
-               "grpo_aug_beta0": lambda *a: run_grpo_aug(*a, beta=0.0)}
+               "grpo_aug_beta0": lambda *a: run_grpo_aug(*a, beta=0.0),
+               "grpo_aug_lora": lambda *a: run_grpo_aug(*a, lora=True)}
     result = runners[which](Path(model_dir), workload, steps)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
@@ -274,8 +282,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=23, help="optimizer steps per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="alternating grpo-aug / TRL runs")
-    parser.add_argument("--arms", default="grpo_aug,trl", help="comma-separated: grpo_aug, trl, grpo_aug_beta0")
-    parser.add_argument("--child", choices=["grpo_aug", "trl", "grpo_aug_beta0"])
+    parser.add_argument("--arms", default="grpo_aug,trl",
+                        help="comma-separated: grpo_aug, trl, grpo_aug_beta0, grpo_aug_lora")
+    parser.add_argument("--child", choices=["grpo_aug", "trl", "grpo_aug_beta0", "grpo_aug_lora"])
     parser.add_argument("--model")
     args = parser.parse_args()
     if args.child:
@@ -303,6 +312,8 @@ def main() -> None:
             after = [t for r in results for t in r["step_seconds"][args.warmup:]]
             entry[which] = {"median_step_s": statistics.median(after), "steps_timed": len(after),
                             "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+            if "checkpoint_mb" in results[0]:
+                entry[which]["checkpoint_mb"] = results[0]["checkpoint_mb"]
         for which in (w for w in runs if w.startswith("grpo_aug")):
             parts = [b for r in runs[which] for b in r["breakdown"][args.warmup:]]
             entry[which]["breakdown_s"] = {k: statistics.median(p.get(k, 0.0) for p in parts)
@@ -316,7 +327,7 @@ def main() -> None:
             entry[which].update(mean_completion_tokens=length, step_gflop=flops["total"] / 1e9,
                                 achieved_gflops=achieved / 1e9, share_of_matmul_peak=achieved / peak,
                                 share_of_torch_mm=achieved / medians["torch_mm"])
-        for other in ("trl", "grpo_aug_beta0"):
+        for other in ("trl", "grpo_aug_beta0", "grpo_aug_lora"):
             if "grpo_aug" in runs and other in runs:
                 mine, theirs = entry["grpo_aug"], entry[other]
                 entry[f"{other}_time_over_grpo_aug"] = theirs["median_step_s"] / mine["median_step_s"]

@@ -103,6 +103,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         prompt_format=datamodule.prompt_format,
         evaluation=evaluation,
         lora=model.lora,
+        gradient_checkpointing=model.gradient_checkpointing,
     )
     if weights is not None:
         module.configure_model()

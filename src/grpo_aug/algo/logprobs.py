@@ -25,7 +25,10 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
         return packed_completion_logits(model, input_ids, attention_mask, prompt_len, length_groups)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
     prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
-    if prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model):
+    # the shared-prefix cache needs use_cache, which checkpointed layers switch off while training
+    checkpointed = getattr(model, "is_activation_checkpointing", False) and model.training
+    if (prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model)
+            or checkpointed):
         # only the positions that predict completion tokens go through the vocabulary projection
         keep = input_ids.shape[1] - prompt_len + 1
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

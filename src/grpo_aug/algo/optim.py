@@ -23,3 +23,19 @@ def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
     if not grads:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+
+
+def clip_gradients_(model: torch.nn.Module, max_norm: float, total_norm: float | None = None) -> None:
+    """Scale the trainable gradients so that their L2 norm is at most max_norm.
+
+    Unsharded (total_norm None): torch's clip_grad_norm_ on this rank's (replicated) gradients.
+    Sharded (FSDP, ZeRO-3): each rank holds a shard; `total_norm` is the whole model's norm
+    (from the rank-summed squares) and every shard is scaled by the same coefficient.
+    """
+    params = [p for p in model.parameters() if p.grad is not None]
+    if total_norm is None:
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    coef = min(1.0, max_norm / (total_norm + 1e-6))
+    for p in params:
+        p.grad.mul_(coef)

@@ -18,7 +18,12 @@ import torch.nn.functional as F
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
 
+LEAN_FLAG = "grpo_aug_lean"  # set False on a model (algo.lean=false) to keep it on the HF forward
+
+
 def supports(model: torch.nn.Module) -> bool:
+    if not getattr(model, LEAN_FLAG, True):
+        return False
     config = getattr(model, "config", None)
     if type(model).__name__ not in SUPPORTED or config is None:
         return False

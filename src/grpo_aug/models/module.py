@@ -19,11 +19,12 @@ import torch
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText, loss_mask
-from grpo_aug.algo.optim import gradient_norm, lr_factor
+from grpo_aug.algo.optim import clip_gradients_, gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
+from grpo_aug.lean.decode import LEAN_FLAG, sharded
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
@@ -63,6 +64,7 @@ class GRPOModule(L.LightningModule):
         prompt_format: PlainPrompt | ChatPrompt | None = None,
         evaluation: EvalSettings | None = None,
         lora: Lora | NoLora | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
@@ -76,6 +78,7 @@ class GRPOModule(L.LightningModule):
         self.algo = algo
         self.dtype_name = dtype
         self.lora = lora or NoLora()
+        self.gradient_checkpointing = gradient_checkpointing
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
         self.strict_loading = not self.lora.active
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
@@ -114,6 +117,9 @@ class GRPOModule(L.LightningModule):
             return
         self.policy = load_policy(self.name_or_path, self.dtype_name)
         self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
+        setattr(self.policy, LEAN_FLAG, self.algo.lean)
+        if self.gradient_checkpointing:  # HF checkpoints in training mode only: sampling (eval mode) keeps its cache
+            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # no second copy of the weights with beta 0 for the whole run, or with an adapter
         if self.algo.needs_reference and not self.lora.active:
             self._frozen = [frozen_copy(self.policy)]
@@ -271,9 +277,11 @@ class GRPOModule(L.LightningModule):
             self.manual_backward(loss)
             parts.append((loss.detach(), stats))
         grad_norm = gradient_norm(self.policy)
-        local = torch.tensor([float(nonfinite > 0 or not torch.isfinite(grad_norm)), float(total_tokens)],
-                             device=self.device)
-        bad, tokens = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()  # one reduce, every rank
+        finite = bool(torch.isfinite(grad_norm))
+        local = torch.tensor([float(nonfinite > 0 or not finite), float(total_tokens),
+                              float(grad_norm) ** 2 if finite else 0.0], device=self.device)
+        # one reduce, every rank; the squared norms add up to the whole model's only when sharded
+        bad, tokens, norm_sq = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         skip, empty = bad > 0, tokens == 0
         if skip:
             log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
@@ -283,8 +291,8 @@ class GRPOModule(L.LightningModule):
             optimizer.zero_grad(set_to_none=True)
             optimizer.step()  # counts the step; with no gradient the optimizer touches nothing
         else:
-            if a.max_grad_norm is not None:
-                self.clip_gradients(optimizer, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
+            if a.max_grad_norm is not None:  # by hand: Lightning refuses to clip fused optimizers under bf16-mixed
+                clip_gradients_(self.policy, a.max_grad_norm, norm_sq ** 0.5 if sharded(self.policy) else None)
             optimizer.step()
             schedule.step()
         self.counts.add_update(skip)

@@ -49,6 +49,7 @@ class ModelSettings:
     lr_final_ratio: float = field(kw_only=True)  # linear decay to this share of the lr at trainer.max_steps
     eval_max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     lora: Any = None  # models/lora.py: NoLora or Lora (model/lora=none|on)
+    gradient_checkpointing: bool = False  # recompute activations in the backward (never while sampling)
 
     def __post_init__(self) -> None:
         checks = [
