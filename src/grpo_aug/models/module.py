@@ -138,6 +138,8 @@ class GRPOModule(L.LightningModule):
     def on_fit_start(self) -> None:
         for model in self._frozen:
             model.to(self.device)
+        if sharded(self.policy):  # every forward is a collective: ranks decide decode and refill rounds together
+            self.sampler.any_rank = self._any_rank
 
     @property
     def generator(self) -> torch.Generator:
@@ -299,6 +301,9 @@ class GRPOModule(L.LightningModule):
         return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=self.device),
                 "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
+
+    def _any_rank(self, flag: bool) -> bool:
+        return bool(self.trainer.strategy.reduce(torch.tensor(float(flag), device=self.device), reduce_op="sum") > 0)
 
     def _rank_mean(self, value: float) -> float:
         if self._trainer is None:

@@ -72,6 +72,8 @@ class GroupSampler:
                  ) -> None:
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format or list  # record text -> model input text (data/prompt_format)
+        # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
+        self.any_rank: Callable[[bool], bool] | None = None
         self.reward = reward
         self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
         self.prompt_pool = prompt_pool
@@ -85,7 +87,9 @@ class GroupSampler:
         device = next(policy.parameters()).device
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
         texts = self.prompt_format(s.row_prompts(prompts))  # hints go into the user message, then the template
-        ro = generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens, generator=generator)
+        all_done = None if self.any_rank is None else (lambda done: not self.any_rank(not done))
+        ro = generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens, generator=generator,
+                      all_done=all_done)
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]
@@ -116,11 +120,15 @@ class GroupSampler:
         rounds = [self.sample_round(policy, batch, settings, generator)]
         wanted, f = len(batch), settings.filter
         informative = int(rounds[0].informative.sum())
-        while f.refill and informative < wanted and len(rounds) <= f.max_rounds:
+        for round_ in range(1, f.max_rounds + 1 if f.refill else 1):
             used = {p.id for r in rounds for p in r.prompts}
-            extra = self.prompt_pool(batch[0].bucket, wanted - informative, step, len(rounds), used)
-            if not extra:
+            need = wanted - informative
+            extra = self.prompt_pool(batch[0].bucket, need, step, round_, used) if need > 0 else []
+            if not (bool(extra) if self.any_rank is None else self.any_rank(bool(extra))):
                 break
+            if not extra:  # another rank refills: its sharded forwards need this rank's, on a stand-in, discarded
+                self.sample_round(policy, batch[:1], settings, generator)
+                continue
             rounds.append(self.sample_round(policy, extra, settings, generator))
             informative += int(rounds[-1].informative.sum())
         return merge_rounds(rounds, self.tokenizer.pad_token_id)

@@ -8,7 +8,7 @@ other models go through their HF forward with a DynamicCache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
@@ -49,10 +49,14 @@ def generate(
     max_new_tokens: int,
     generator: torch.Generator | None = None,
     lean: bool = True,
+    all_done: Callable[[bool], bool] | None = None,
 ) -> Rollout:
     """Sample one completion per prompt string; rows may repeat a prompt (that is a group).
 
     lean=False forces the HF forward for every token (the reference path the tests compare to).
+    all_done: under sharded weights every forward is a collective, so every rank must run the same
+    number of decode steps: given this rank's all-finished flag it returns whether every rank's rows
+    have finished (a reduced flag); a rank whose rows all ended keeps one row in the batch meanwhile.
     """
     device = next(model.parameters()).device
     # a group repeats its prompt G times: encode each distinct prompt once, prefill it once
@@ -97,13 +101,16 @@ def generate(
         finished[active] = done | (token == eos)
         steps = step + 1
         # one host sync per token; it lets the loop end early, which pays for itself
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        done_here = bool(finished.all())
+        if step == max_new_tokens - 1 or (done_here if all_done is None else all_done(done_here)):
             break
         # rows that ended leave the batch once they are a quarter of it: every later token then
         # costs only the rows still writing
         running = ~finished[active]  # [A]
         if int(running.sum()) <= 0.75 * len(active):
             keep = running.nonzero().squeeze(1)  # [A']
+            if len(keep) == 0:  # only when other ranks still decode: their forwards need this rank's
+                keep = torch.zeros(1, dtype=torch.long, device=device)
             active, token = active[keep], token[keep]
             if decoder is not None:
                 decoder.select(keep)

@@ -1,0 +1,110 @@
+"""Synchronised generation for sharded weights, simulated with two gloo processes on CPU: the
+ranks' rows end at different steps, and still every rank runs the same number of forwards (a
+sharded forward is a collective: a rank that stopped early would leave the other waiting)."""
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from grpo_aug.rollout.sampler import generate
+
+EOS, PAD, WORD = 2, 0, 5
+VOCAB = 8
+
+
+class Scripted(torch.nn.Module):
+    """Writes WORD, then EOS at position `stop` (every row of this rank alike); counts its forwards."""
+
+    def __init__(self, stop):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.stop, self.forwards = stop, 0
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=True,
+                logits_to_keep=0):
+        self.forwards += 1
+        logits = torch.full((len(input_ids), 1, VOCAB), -10.0)
+        logits[:, 0, WORD] = 0.0
+        logits[position_ids[:, -1] + 1 >= self.stop, 0, EOS] = 10.0  # the next token's position
+        return type("Out", (), {"logits": logits})
+
+
+class Tok:
+    eos_token_id, pad_token_id = EOS, PAD
+
+    def __call__(self, texts, **kw):
+        ids = torch.tensor([[1, 3, 4]] * len(texts))
+        return type("Enc", (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return ["x" * int((row == WORD).sum()) for row in ids]
+
+
+def _worker(rank, port, sync, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # prompts fill positions 0-2: rank 0's rows end after 2 tokens, rank 1's after 9 (of 12 allowed)
+    model = Scripted([4, 11][rank])
+
+    def all_done(done):
+        flag = torch.tensor(float(done))
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag)
+
+    ro = generate(model, Tok(), ["a", "b"], torch.zeros(2), 1.0, 12, all_done=all_done if sync else None,
+                  lean=False)
+    out[rank] = (model.forwards, ro.completion_mask.sum(1).tolist(), ro.completion_mask.shape[1])
+    dist.destroy_process_group()
+
+
+def _run(sync):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    mp.spawn(_worker, args=(port, sync, out), nprocs=2, join=True)
+    return dict(out)
+
+
+def test_ranks_run_the_same_number_of_decode_steps_and_keep_their_own_lengths():
+    synced = _run(sync=True)
+    (f0, len0, t0), (f1, len1, t1) = synced[0], synced[1]
+    # prefill + 8 decode forwards on both ranks: rank 0, done after 2 tokens, keeps one (masked)
+    # row in its batch until rank 1's rows end at token 9
+    assert f0 == f1 == 9
+    assert len0 == [2, 2] and len1 == [9, 9]  # each rank's rows still end where they ended
+    assert t0 == t1 == 9
+    alone = _run(sync=False)
+    assert alone[0][0] == 2 and alone[1][0] == 9  # unsynchronised, rank 0 would stop 7 forwards early
+    assert alone[0][1] == [2, 2]
+
+
+def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_model_dir, monkeypatch):
+    import grpo_aug.rollout.groups as groups_lib
+    from grpo_aug.data.synthetic import SyntheticArithmetic
+    from grpo_aug.models.loading import load_policy, load_tokenizer
+    from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
+    from grpo_aug.rollout.filter import GroupFilter
+    from grpo_aug.rollout.groups import GroupSampler
+    from grpo_aug.rollout.settings import RolloutSettings
+
+    easy = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
+    asked = []
+    sampler = GroupSampler(load_tokenizer(str(tiny_model_dir)), RewardSet([RewardFunction(MathReward())]),
+                           prompt_pool=lambda *a: asked.append(a) or [])  # this rank's pool has nothing left
+    votes = iter([True, True, False])  # other ranks still refill for two rounds
+    sampler.any_rank = lambda flag: next(votes)
+    # the decode loop's own votes are the test above's; here only the refill rounds vote
+    monkeypatch.setattr(groups_lib, "generate", lambda *a, all_done=None, **k: generate(*a, **k))
+    rounds = []
+    plain_round = sampler.sample_round
+    sampler.sample_round = lambda policy, prompts, *a: rounds.append(len(prompts)) or plain_round(policy, prompts, *a)
+    settings = RolloutSettings(group_size=2, temperatures=(1.0,), max_new_tokens=3,
+                               filter=GroupFilter(zero_std=True, refill=True, max_rounds=3))
+    out = sampler.sample(load_policy(str(tiny_model_dir)), easy[:2], settings, step=0)
+    assert len(asked) == 3  # asked every round, given nothing
+    assert rounds == [2, 1, 1]  # its own round, then two stand-in rounds of one prompt
+    assert len(out.prompts) == 2 and out.rounds == 1  # the stand-ins were discarded
