@@ -81,7 +81,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from torch.utils.data import DataLoader
 
     import grpo_aug.algo.scoring as scoring_lib
-    import grpo_aug.rollout.groups as groups_lib
+    import grpo_aug.rollout.engine as engine_lib
     from grpo_aug.algo.beta import ConstantBeta
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth
@@ -116,7 +116,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
                 parts[name] += time.perf_counter() - start
         return wrapper
 
-    groups_lib.generate = timed("generate", groups_lib.generate)
+    engine_lib.generate = timed("generate", engine_lib.generate)
     module.reward.score = timed("reward", module.reward.score)
     plain_logprobs = scoring_lib.token_logprobs
 

@@ -53,9 +53,9 @@ def check_run(cfg: DictConfig) -> None:
 
 def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | None]:
     """The rollout settings, and the prompt selection node (`rollout/selector`) kept apart: it is
-    built later, with the DataModule's history and prompt pool."""
+    built later, with the DataModule's history and prompt pool. The engine node is built apart too."""
     selection = node.get("selector")
-    settings = OmegaConf.masked_copy(node, [k for k in node if k != "selector"])
+    settings = OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine")])
     return instantiate(settings), selection
 
 
@@ -104,6 +104,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         evaluation=evaluation,
         lora=model.lora,
         gradient_checkpointing=model.gradient_checkpointing,
+        engine=instantiate(cfg.rollout.engine) if cfg.rollout.get("engine") else None,
     )
     if weights is not None:
         module.configure_model()

@@ -83,7 +83,7 @@ def test_ranks_run_the_same_number_of_decode_steps_and_keep_their_own_lengths():
 
 
 def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_model_dir, monkeypatch):
-    import grpo_aug.rollout.groups as groups_lib
+    import grpo_aug.rollout.engine as engine_lib
     from grpo_aug.data.synthetic import SyntheticArithmetic
     from grpo_aug.models.loading import load_policy, load_tokenizer
     from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
@@ -98,7 +98,7 @@ def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_m
     votes = iter([True, True, False])  # other ranks still refill for two rounds
     sampler.any_rank = lambda flag: next(votes)
     # the decode loop's own votes are the test above's; here only the refill rounds vote
-    monkeypatch.setattr(groups_lib, "generate", lambda *a, all_done=None, **k: generate(*a, **k))
+    monkeypatch.setattr(engine_lib, "generate", lambda *a, all_done=None, **k: generate(*a, **k))
     rounds = []
     plain_round = sampler.sample_round
     sampler.sample_round = lambda policy, prompts, *a: rounds.append(len(prompts)) or plain_round(policy, prompts, *a)

@@ -124,7 +124,7 @@ def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch
     """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
     stat (entropy is measured on some updates only), maxima for the *_max entries."""
     names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
-             "ratio_max", "entropy")
+             "ratio_max", "entropy", "logprob_gap")
     merged = {}
     for name in names:
         reporting = [p for p in parts if name in p]

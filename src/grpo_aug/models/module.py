@@ -33,6 +33,7 @@ from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 from grpo_aug.rewards import AnswerFormat, RewardSet
+from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.selection import PromptSelection
@@ -65,10 +66,12 @@ class GRPOModule(L.LightningModule):
         evaluation: EvalSettings | None = None,
         lora: Lora | NoLora | None = None,
         gradient_checkpointing: bool = False,
+        engine: HFEngine | VLLMEngine | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
-                                          "answer", "prompt_format", "evaluation", "lora"])
+                                          "answer", "prompt_format", "evaluation", "lora",
+                                          "engine"])
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -90,7 +93,7 @@ class GRPOModule(L.LightningModule):
         self.token_text = TokenText(self.tokenizer)  # for the template masks
         self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
-                                    self.prompt_format)
+                                    self.prompt_format, engine)
         self.scorer = Scorer(algo.length_chunks, self._rank_mean)
         # which prompts to roll out; the per-prompt history
         self.selection = selection or PromptSelection(answer=answer)
@@ -124,6 +127,7 @@ class GRPOModule(L.LightningModule):
         if self.algo.needs_reference and not self.lora.active:
             self._frozen = [frozen_copy(self.policy)]
         self.policy = self.lora.apply(self.policy)
+        self.sampler.engine.setup(self.name_or_path, self.tokenizer, self.seed)
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])
@@ -219,6 +223,7 @@ class GRPOModule(L.LightningModule):
         # zero-std filter, refill rounds of fresh prompts while too few groups have spread
         rollout_step = self.global_step // a.updates_per_rollout  # the sampler's step
         picked = self.selection.pick(batch, rollout_step)
+        self.sampler.engine.sync(self.policy, self.global_step)  # an external engine samples from these weights
         sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator)
         # every rank's outcomes update the history, the selector and the online buckets alike
         self.selection.observe(picked, sampled, rollout_step, s.rows_per_prompt, gather_per_rank)

@@ -66,6 +66,8 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
         values["train/kl_max"] = summary["kl_max"].max()
         for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean") + ("clip_frac_dual",) * dual_clip:
             values[f"train/{name}"] = summary[name].mean()
+        if step.rollout.sample_logprobs is not None:  # mean |sampler - trainer| log-prob per loss token
+            values["rollout/logprob_gap"] = summary["logprob_gap"][0]
     for name, scores in sampled.parts.items():
         scored = ~scores.isnan()
         if scored.any():

@@ -40,6 +40,9 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
     stats["tokens"] = mask.sum()
     if ent is not None:
         stats["entropy"] = (ent.detach() * mask).sum() / mask.sum().clamp(min=1)
+    if entropy and part.sample_logprobs is not None:  # the rollout's first update: the sampling policy itself
+        gap = (logps.detach() - part.sample_logprobs[:, :t]).abs()  # [c, t]
+        stats["logprob_gap"] = (gap * mask).sum() / mask.sum().clamp(min=1)
     return loss, stats
 
 

@@ -18,9 +18,9 @@ from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rollout.downsample import max_variance_subset
+from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
-from grpo_aug.rollout.sampler import generate
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.types import Rollout
 
@@ -69,7 +69,8 @@ class GroupSampler:
 
     def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
                  prompt_pool: PromptPool | None = None, prompt_format: Callable[[list[str]], list[str]] | None = None,
-                 ) -> None:
+                 engine: HFEngine | VLLMEngine | None = None) -> None:
+        self.engine = engine or HFEngine()
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format or list  # record text -> model input text (data/prompt_format)
         # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
@@ -88,8 +89,8 @@ class GroupSampler:
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
         texts = self.prompt_format(s.row_prompts(prompts))  # hints go into the user message, then the template
         all_done = None if self.any_rank is None else (lambda done: not self.any_rank(not done))
-        ro = generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens, generator=generator,
-                      all_done=all_done)
+        ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
+                                  generator=generator, all_done=all_done)
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]

@@ -28,6 +28,8 @@ def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         prompt_len=P,
         texts=[t for r in parts for t in r.texts],
         truncated=torch.cat([r.truncated for r in parts]),
+        sample_logprobs=None if any(r.sample_logprobs is None for r in parts) else torch.cat(
+            [torch.nn.functional.pad(r.sample_logprobs, (0, T - r.completion_mask.shape[1])) for r in parts]),
     )
 
 
@@ -42,6 +44,7 @@ def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
         prompt_len=ro.prompt_len,
         texts=[ro.texts[i] for i in index],
         truncated=ro.truncated[rows],
+        sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[rows],
     )
 
 
@@ -53,4 +56,5 @@ def trim(ro: Rollout) -> Rollout:
         return ro
     return ro._replace(input_ids=ro.input_ids[:, : ro.prompt_len + t],
                        attention_mask=ro.attention_mask[:, : ro.prompt_len + t],
-                       completion_mask=ro.completion_mask[:, :t])
+                       completion_mask=ro.completion_mask[:, :t],
+                       sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[:, :t])

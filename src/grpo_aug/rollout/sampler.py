@@ -89,6 +89,8 @@ def generate(
         decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     completion = torch.full((n, max_new_tokens), pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
+    sample_lp = torch.zeros(n, max_new_tokens, dtype=torch.float32, device=device)  # [N, T]
+    scored_at = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).float()  # [N]
     alive = torch.zeros(n, max_new_tokens, dtype=torch.bool, device=device)  # [N, T]
     active = torch.arange(n, device=device)  # the rows still in the decode batch
     steps = 0
@@ -97,6 +99,8 @@ def generate(
         done = finished[active]  # ended earlier, not yet dropped from the batch
         token = torch.where(done, torch.full_like(token, pad), token)
         completion[active, step] = token
+        # the token's log-prob where the trainer scores it: tempered, before top-p (greedy rows at T = 1)
+        sample_lp[active, step] = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
         alive[active, step] = ~done
         finished[active] = done | (token == eos)
         steps = step + 1
@@ -137,4 +141,5 @@ def generate(
         prompt_len=p,
         texts=texts,
         truncated=~finished,
+        sample_logprobs=sample_lp[:, :steps] * completion_mask,
     )

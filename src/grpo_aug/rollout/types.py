@@ -15,3 +15,6 @@ class Rollout(NamedTuple):
     prompt_len: int  # P
     texts: list[str]  # N decoded completions (special tokens removed)
     truncated: torch.Tensor  # [N] bool, no EOS within max_new_tokens
+    # [N, T] the sampler's log-prob of each sampled token (at the row's temperature, before top-p);
+    # None when the engine reports none. The trainer's own log-probs should match it (rollout/logprob_gap)
+    sample_logprobs: torch.Tensor | None = None

@@ -1,0 +1,130 @@
+"""Rollout engines (`rollout/engine=hf|vllm`): what samples the completions.
+
+An engine takes the rows' prompts with per-row sampling settings (temperature, and top-p, token
+budget and a seed for the batch) and returns a Rollout: token ids, masks, texts and, when it has
+them, its log-prob of each sampled token (`rollout/logprob_gap` compares them with the trainer's).
+
+    hf    the policy samples itself (rollout/sampler.py: batched, KV-cached, per-row temperatures,
+          the lean decode loop where the model allows). Nothing to load or to sync.
+    vllm  a vLLM engine in the trainer's process on the same GPU (TRL's `vllm_mode="colocate"`
+          design). The policy's weights are written into it before every rollout that follows an
+          optimizer step (an adapter is merged for the copy and unmerged after), so rollouts stay
+          on-policy; per-row temperatures become per-request sampling params. An optional extra
+          (`pip install vllm`); it is exercised by scripts/gpu_check.sh, not on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import torch
+
+from grpo_aug.rollout.sampler import generate
+from grpo_aug.rollout.types import Rollout
+
+
+class HFEngine:
+    name = "hf"
+
+    def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
+        pass
+
+    def sync(self, policy: torch.nn.Module, step: int) -> None:
+        pass  # the policy is the engine
+
+    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
+                 top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
+                 all_done: Callable[[bool], bool] | None = None) -> Rollout:
+        return generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=generator,
+                        all_done=all_done)
+
+
+def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                     logprobs: Sequence[Sequence[float]] | None, temperatures: torch.Tensor, texts: list[str],
+                     finished: Sequence[bool], pad_id: int, device: torch.device | str = "cpu") -> Rollout:
+    """A Rollout from per-row token id lists: prompts left-padded to the longest, completions
+    right-padded; a completion counts up to and including its EOS."""
+    n, P = len(prompts), max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in completions))
+    ids = torch.full((n, P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, P + T, dtype=torch.long)
+    lp = torch.zeros(n, T)
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attn[i, P - len(p) : P] = 1
+        if c:
+            ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, P : P + len(c)] = 1
+            if logprobs is not None:
+                lp[i, : len(c)] = torch.tensor(logprobs[i], dtype=torch.float32)
+    return Rollout(input_ids=ids.to(device), attention_mask=attn.to(device), completion_mask=attn[:, P:].to(device),
+                   temperatures=temperatures.to(device), prompt_len=P, texts=texts,
+                   truncated=~torch.tensor(list(finished), dtype=torch.bool, device=device),
+                   sample_logprobs=None if logprobs is None else lp.to(device))
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None, dtype: str = "auto",
+                 enforce_eager: bool = False) -> None:
+        if not 0 < gpu_memory_utilization < 1:
+            raise ValueError(f"rollout.engine.gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
+        self.gpu_memory_utilization, self.max_model_len = gpu_memory_utilization, max_model_len
+        self.dtype, self.enforce_eager = dtype, enforce_eager
+        self.llm = None
+        self.synced_step: int | None = None
+
+    def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError("rollout/engine=vllm needs vLLM on a CUDA machine: pip install vllm") from err
+        # the engine core runs in this process, so the policy's weights can be written into it
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.llm = LLM(model=name_or_path, tokenizer=name_or_path, dtype=self.dtype, seed=seed,
+                       gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
+                       enable_prefix_caching=True, enforce_eager=self.enforce_eager)
+
+    def _model(self):
+        executor = self.llm.llm_engine.model_executor
+        worker = executor.driver_worker
+        worker = getattr(worker, "worker", worker)  # V1 wraps the worker once more
+        return worker.model_runner.model
+
+    def sync(self, policy: torch.nn.Module, step: int) -> None:
+        """Write the policy's current weights into the engine, once per optimizer step."""
+        if step == self.synced_step:
+            return
+        adapter = hasattr(policy, "merge_adapter")
+        if adapter:
+            policy.merge_adapter()
+        try:
+            base = policy.get_base_model() if adapter else policy
+            weights = ((name.replace(".base_layer", ""), p.detach()) for name, p in base.state_dict().items()
+                       if "lora_" not in name)
+            self._model().load_weights(weights)
+        finally:
+            if adapter:
+                policy.unmerge_adapter()
+        self.synced_step = step
+
+    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
+                 top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
+                 all_done: Callable[[bool], bool] | None = None) -> Rollout:
+        from vllm import SamplingParams
+
+        prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
+        device = generator.device if generator is not None else "cpu"
+        seeds = torch.randint(0, 2**31 - 1, (len(texts),), generator=generator, device=device).tolist()
+        params = [SamplingParams(temperature=float(t), top_p=top_p if t > 0 else 1.0, max_tokens=max_new_tokens,
+                                 seed=s, logprobs=0) for t, s in zip(temperatures.tolist(), seeds, strict=True)]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        done = [o.outputs[0] for o in outputs]
+        logprobs = [[step[token].logprob for step, token in zip(d.logprobs, d.token_ids, strict=True)]
+                    for d in done] if all(d.logprobs for d in done) else None
+        device = next(policy.parameters()).device
+        return rollout_from_ids(prompts, [list(d.token_ids) for d in done], logprobs, temperatures,
+                                [d.text for d in done], [d.finish_reason == "stop" for d in done],
+                                tokenizer.pad_token_id, device)
