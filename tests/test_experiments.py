@@ -71,3 +71,17 @@ def test_each_experiment_trains_a_few_steps_on_a_tiny_model(tmp_path, name):
     final = train(compose_cfg(tmp_path, overrides))
     assert any(k.startswith("eval/accuracy/") for k in final), final
     assert (tmp_path / "run" / "policy" / "config.json").exists()
+
+
+@pytest.mark.parametrize("trainer", ["fsdp", "deepspeed"])
+def test_sharded_trainer_configs_compose(tmp_path, trainer):
+    cfg = compose_cfg(tmp_path, [f"trainer={trainer}"])
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.devices == 8
+    if trainer == "fsdp":  # the strategy object builds without a GPU; its wrap policy names real classes
+        strategy = instantiate(cfg.trainer.strategy)
+        assert strategy.sharding_strategy.name == "FULL_SHARD"
+        from grpo_aug.models.sharding import decoder_layer_classes
+
+        assert {c.__name__ for c in decoder_layer_classes()} >= {"LlamaDecoderLayer", "Qwen2DecoderLayer"}
+    else:
+        assert cfg.trainer.strategy.stage == 3

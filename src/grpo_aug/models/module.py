@@ -29,6 +29,7 @@ from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
 from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
 from grpo_aug.models.run_counts import RunCounts
+from grpo_aug.models.sharding import shard_like_policy
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
@@ -140,8 +141,8 @@ class GRPOModule(L.LightningModule):
         return batch  # prompt records are text; the rollout tokenises them on the model's device
 
     def on_fit_start(self) -> None:
-        for model in self._frozen:
-            model.to(self.device)
+        self._frozen = [shard_like_policy(model.to(self.device), self.trainer.strategy, self.device)
+                        for model in self._frozen]
         if sharded(self.policy):  # every forward is a collective: ranks decide decode and refill rounds together
             self.sampler.any_rank = self._any_rank
 
