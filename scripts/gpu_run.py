@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 
-def build(out: Path) -> Path:
+def build(out: Path) -> tuple[Path, int]:
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     from helpers import build_chat_model
@@ -32,9 +32,10 @@ def build(out: Path) -> Path:
                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
                          tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(out / "model")
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
-    return out / "model"
+    return out / "model", sum(p.numel() for p in model.parameters())
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
 
     vllm = importlib.util.find_spec("vllm") is not None and not args.no_vllm
     with tempfile.TemporaryDirectory() as tmp:
-        model = build(Path(tmp))
+        model, params = build(Path(tmp))
         overrides = ["model=hf", f"model.name_or_path={model}", "model/lora=on", "trainer=gpu",
                      f"trainer.max_steps={args.steps}", "trainer.val_check_interval=1000",
                      "validate_before_training=false", "data/prompt_format=chat", "rollout.group_size=8",
@@ -60,10 +61,6 @@ def main() -> None:
         seconds = time.perf_counter() - start
         scalars = read_scalars(Path(tmp) / "run" / "run")
         tokens = scalars["rollout/tokens_total"][-1][1] if "rollout/tokens_total" in scalars else float("nan")
-    params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_config(
-        __import__("transformers").AutoConfig.for_model("qwen2", vocab_size=300, hidden_size=896,
-                                                        intermediate_size=4864, num_hidden_layers=24,
-                                                        num_attention_heads=14, num_key_value_heads=2)).parameters())
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "params": params, "engine": "vllm" if vllm else "hf",
                       "steps": args.steps, "seconds_per_step": seconds / args.steps,
                       "generated_tokens_per_s": tokens / seconds,
