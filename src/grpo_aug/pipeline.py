@@ -55,7 +55,7 @@ def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | No
     """The rollout settings, and the prompt selection node (`rollout/selector`) kept apart: it is
     built later, with the DataModule's history and prompt pool. The engine node is built apart too."""
     selection = node.get("selector")
-    settings = OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine")])
+    settings = OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect")])
     return instantiate(settings), selection
 
 
@@ -105,6 +105,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         lora=model.lora,
         gradient_checkpointing=model.gradient_checkpointing,
         engine=instantiate(cfg.rollout.engine) if cfg.rollout.get("engine") else None,
+        reflect=instantiate(cfg.rollout.reflect, _convert_="all") if cfg.rollout.get("reflect") else None,
     )
     if weights is not None:
         module.configure_model()
@@ -152,7 +153,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy")
         log.info("final policy saved to %s", out)
-        if module.lora.merge_on_save:
+        if module.models.lora.merge_on_save:
             merged = save_merged(module.policy, out / "merged")
             module.tokenizer.save_pretrained(merged)
             log.info("merged model (adapter folded in) saved to %s", merged)

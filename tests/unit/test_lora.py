@@ -31,7 +31,7 @@ def _module(path, lora):
 
 def test_the_reference_is_the_base_model_and_no_copy_is_held(tiny_model_dir):
     m = _module(tiny_model_dir, Lora(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
-    assert m._frozen == []
+    assert m.models.frozen == []
     torch.manual_seed(0)
     for name, p in m.policy.named_parameters():
         if "lora_B" in name:  # PEFT starts B at 0 (adapter = identity); move it so the two differ

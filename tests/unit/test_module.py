@@ -81,7 +81,7 @@ def _module(path, reward=None, group_filter=None, pool=None, algo=None):
 
 def test_reference_is_frozen_and_outside_optimizer_and_checkpoint(tiny_model_dir):
     m = _module(tiny_model_dir)
-    ref = m._frozen[0]
+    ref = m.models.frozen[0]
     assert not ref.training and not any(p.requires_grad for p in ref.parameters())
     optimized = {id(p) for g in m.configure_optimizers()["optimizer"].param_groups for p in g["params"]}
     assert optimized == {id(p) for p in m.policy.parameters()}
@@ -96,13 +96,13 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
     torch.manual_seed(0)
     m = _module(tiny_model_dir)
     before = [p.detach().clone() for p in m.policy.parameters()]
-    ref_before = [p.detach().clone() for p in m._frozen[0].parameters()]
+    ref_before = [p.detach().clone() for p in m.models.frozen[0].parameters()]
     (out,) = fit_batches(m, [EASY[:3]])
     assert torch.isfinite(out["updates"]["loss"]).all()
     assert out["report"].rewards.shape == (3, 4) and out["report"].lengths.shape == (12,)
     assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
-    assert all(torch.equal(b, p) for b, p in zip(ref_before, m._frozen[0].parameters(), strict=True))
-    assert all(p.grad is None for p in m._frozen[0].parameters())
+    assert all(torch.equal(b, p) for b, p in zip(ref_before, m.models.frozen[0].parameters(), strict=True))
+    assert all(p.grad is None for p in m.models.frozen[0].parameters())
 
 
 def test_refill_stops_at_max_rounds_and_flags_exhaustion(tiny_model_dir):
@@ -258,8 +258,8 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_chunked, strict=True))
     # the reference log-probs from trimmed chunks are the unchunked ones wherever a token exists
     with torch.no_grad():
-        plain = m.scorer.logprobs(m._frozen[0], step.rollout)
-        chunked_ref = m.scorer.logprobs(m._frozen[0], step.rollout, length_chunks(lengths, 3))
+        plain = m.scorer.logprobs(m.models.frozen[0], step.rollout)
+        chunked_ref = m.scorer.logprobs(m.models.frozen[0], step.rollout, length_chunks(lengths, 3))
     on = step.rollout.completion_mask.bool()
     assert torch.allclose(plain[on], chunked_ref[on], atol=1e-5)
 
@@ -396,7 +396,7 @@ def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_fo
     torch.manual_seed(0)
     algo = AlgoSettings(beta=ConstantBeta(0.0), ratio=SequenceRatio(), clip_ratio_c=3.0, entropy_coef=0.01)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:6]]), algo=algo)
-    assert m._frozen == []
+    assert m.models.frozen == []
     assert m.prepare(EASY[:3]).ref_logps is None
     before = [p.detach().clone() for p in m.policy.parameters()]
     outs = fit_batches(m, [EASY[:3], EASY[3:6]])

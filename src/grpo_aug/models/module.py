@@ -8,7 +8,6 @@ backwards, non-finite and empty updates skipped on every rank), logging and run 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -24,12 +23,12 @@ from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
-from grpo_aug.lean.decode import LEAN_FLAG, sharded
+from grpo_aug.lean.decode import sharded
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
-from grpo_aug.models.loading import frozen_copy, load_policy, load_tokenizer
-from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
+from grpo_aug.models.loading import load_tokenizer
+from grpo_aug.models.lora import Lora, NoLora
+from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.run_counts import RunCounts
-from grpo_aug.models.sharding import shard_like_policy
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
@@ -37,6 +36,7 @@ from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.merge import select_rows
+from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 
@@ -68,11 +68,10 @@ class GRPOModule(L.LightningModule):
         lora: Lora | NoLora | None = None,
         gradient_checkpointing: bool = False,
         engine: HFEngine | VLLMEngine | None = None,
+        reflect: Reflection | NoReflection | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "reward", "rollout", "algo", "prompt_pool", "selection",
-                                          "answer", "prompt_format", "evaluation", "lora",
-                                          "engine"])
+        self.save_hyperparameters("name_or_path", "dtype", "seed")  # the rest are objects, not hyperparameters
         # several optimizer steps per rollout (algo.num_iterations x algo.minibatches)
         self.automatic_optimization = False
         self.name_or_path = str(name_or_path)
@@ -80,11 +79,10 @@ class GRPOModule(L.LightningModule):
         self.reward = reward
         self.rollout_settings = rollout
         self.algo = algo
-        self.dtype_name = dtype
-        self.lora = lora or NoLora()
-        self.gradient_checkpointing = gradient_checkpointing
+        self.models = PolicyModels(self.name_or_path, dtype, lora, gradient_checkpointing, algo.lean,
+                                   algo.needs_reference)
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
-        self.strict_loading = not self.lora.active
+        self.strict_loading = not self.models.lora.active
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
         self.lr_warmup_steps = lr_warmup_steps
         self.lr_final_ratio = lr_final_ratio
@@ -94,7 +92,7 @@ class GRPOModule(L.LightningModule):
         self.token_text = TokenText(self.tokenizer)  # for the template masks
         self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
-                                    self.prompt_format, engine)
+                                    self.prompt_format, engine, reflect)
         self.scorer = Scorer(algo.length_chunks, self._rank_mean)
         # which prompts to roll out; the per-prompt history
         self.selection = selection or PromptSelection(answer=answer)
@@ -104,30 +102,15 @@ class GRPOModule(L.LightningModule):
         self._generator: torch.Generator | None = None
         self._restored: dict | None = None  # run state from a checkpoint, applied when training starts
         self.policy: torch.nn.Module | None = None
-        # a list hides the reference from nn.Module registration: it is not trained, not in the
-        # optimizer and not in checkpoints (it is reloaded from name_or_path on resume)
-        self._frozen: list[torch.nn.Module] = []
         self.counts = RunCounts()  # failed reward calls and skipped updates, this run
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
         self.val_accuracy = HeldoutAccuracy(answer, evaluation)
 
-    def reference(self):
-        """A context giving the reference model: the frozen copy, or the policy with its adapter off."""
-        return adapter_off(self.policy) if self.lora.active else contextlib.nullcontext(self._frozen[0])
-
     def configure_model(self) -> None:
         if self.policy is not None:  # Lightning may call this more than once
             return
-        self.policy = load_policy(self.name_or_path, self.dtype_name)
-        self.policy.train()  # from_pretrained returns eval mode; training wants dropout as configured
-        setattr(self.policy, LEAN_FLAG, self.algo.lean)
-        if self.gradient_checkpointing:  # HF checkpoints in training mode only: sampling (eval mode) keeps its cache
-            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # no second copy of the weights with beta 0 for the whole run, or with an adapter
-        if self.algo.needs_reference and not self.lora.active:
-            self._frozen = [frozen_copy(self.policy)]
-        self.policy = self.lora.apply(self.policy)
+        self.policy = self.models.load()
         self.sampler.engine.setup(self.name_or_path, self.tokenizer, self.seed)
 
     def configure_optimizers(self) -> dict:
@@ -141,9 +124,11 @@ class GRPOModule(L.LightningModule):
         return batch  # prompt records are text; the rollout tokenises them on the model's device
 
     def on_fit_start(self) -> None:
-        self._frozen = [shard_like_policy(model.to(self.device), self.trainer.strategy, self.device)
-                        for model in self._frozen]
+        self.models.place(self.device, self.trainer.strategy)
         if sharded(self.policy):  # every forward is a collective: ranks decide decode and refill rounds together
+            if self.sampler.reflect.active:
+                raise ValueError("rollout/reflect=hint re-samples on some ranks only; it cannot run under sharded "
+                                 "weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
             self.sampler.any_rank = self._any_rank
 
     @property
@@ -163,10 +148,7 @@ class GRPOModule(L.LightningModule):
             self._restored = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self.lora.active:  # the adapter alone: the frozen base is reloaded from name_or_path
-            keep = trainable_keys(self.policy, "policy.")
-            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
-                                        if k in keep or not k.startswith("policy.")}
+        checkpoint["state_dict"] = self.models.saved(checkpoint.get("state_dict", {}))
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
         checkpoint["run_state"] = {
             "rng": gather_per_rank(capture_rng(self.generator)),  # every rank calls this: it gathers
@@ -175,11 +157,7 @@ class GRPOModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if self.lora.active:
-            missing = trainable_keys(self.policy, "policy.") - set(checkpoint["state_dict"])
-            if missing:
-                raise ValueError(f"the checkpoint lacks {len(missing)} adapter weights (e.g. {sorted(missing)[0]}): "
-                                 "it was not saved with this model.lora configuration")
+        self.models.check_loadable(checkpoint.get("state_dict", {}))
         self.algo.beta.load_state_dict(checkpoint.get("beta_schedule", {}))
         state = checkpoint.get("run_state")
         if state is not None:
@@ -250,12 +228,13 @@ class GRPOModule(L.LightningModule):
             chunks = self.scorer.chunks(self.policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
             with torch.no_grad():
                 if a.needs_reference:
-                    with self.reference() as reference:
+                    with self.models.reference() as reference:
                         ref_logps = self.scorer.logprobs(reference, ro, chunks)  # [B*G, T]
                 if a.updates_per_rollout > 1:
                     old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
         exhausted = s.filter.refill and int(sampled.informative.sum()) < len(picked.prompts)
-        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted)
+        hinted = None if sampled.hinted is None else sampled.hinted[groups].reshape(-1)  # [B*G]
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted)
 
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.

@@ -24,6 +24,7 @@ class PreparedStep(NamedTuple):
     ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
     old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
     refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
+    hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
 
 
 def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int,
@@ -77,4 +78,8 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
             values[f"reward/timeouts/{name}"] = torch.tensor(float(reward_timeouts[name]))
     if oversampled:
         values["rollout/oversample_std_gain"] = sampled.std_gain.mean()
+    if sampled.hinted is not None:
+        values["rollout/reflected_rows"] = sampled.hinted.sum().float()
+        if sampled.hinted.any():  # how often the hint led to the right answer
+            values["rollout/reflected_reward_mean"] = sampled.rewards[sampled.hinted].mean()
     return values

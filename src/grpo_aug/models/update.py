@@ -30,6 +30,10 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
         logps, ent = scorer.logprobs(policy, part), None  # [c, t]
     # with one update per rollout the policy is still the rollout policy: no extra forward
     old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]  # [c, t]
+    if step.hinted is not None and bool(step.hinted[rows].any()):
+        # rows sampled under a hinted prompt: the ratio's denominator is their sampler's log-prob
+        # there (an importance weight against the original prompt, bounded by the clip)
+        old = torch.where(step.hinted[rows, None], part.sample_logprobs[:, :t].to(old.dtype), old)  # [c, t]
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
     mask = step.mask[rows, :t]  # [c, t]
     loss, stats = policy_loss(

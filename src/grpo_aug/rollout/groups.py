@@ -21,6 +21,7 @@ from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.types import Rollout
 
@@ -41,6 +42,7 @@ class SampledGroups(NamedTuple):
     std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
     tokens: int  # tokens generated, rows dropped by down-sampling included
     rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
+    hinted: torch.Tensor | None = None  # [n, G] rows re-sampled with a hint (rollout/reflect); None: off
 
 
 def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
@@ -60,6 +62,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         std_gain=torch.cat([r.std_gain for r in rounds]),
         tokens=sum(r.tokens for r in rounds),
         rounds=len(rounds),
+        hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
     )
 
 
@@ -69,8 +72,9 @@ class GroupSampler:
 
     def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
                  prompt_pool: PromptPool | None = None, prompt_format: Callable[[list[str]], list[str]] | None = None,
-                 engine: HFEngine | VLLMEngine | None = None) -> None:
+                 engine: HFEngine | VLLMEngine | None = None, reflect: Reflection | NoReflection | None = None) -> None:
         self.engine = engine or HFEngine()
+        self.reflect = reflect or NoReflection()
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format or list  # record text -> model input text (data/prompt_format)
         # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
@@ -91,10 +95,17 @@ class GroupSampler:
         all_done = None if self.any_rank is None else (lambda done: not self.any_rank(not done))
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=all_done)
+        tokens = int(ro.completion_mask.sum())
+        hinted = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
+        if self.reflect.active:  # all-wrong groups: some rows again, with a hint (rollout/reflect.py)
+            def sample(hinted_texts, temps):
+                return self.engine.generate(policy, self.tokenizer, hinted_texts, temps, s.top_p, s.max_new_tokens,
+                                            generator=generator)
+            ro, hinted = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
+            tokens += int(ro.completion_mask[hinted.to(ro.completion_mask.device)].sum())
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         scores = self.reward.score(prompts, completions)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]
-        tokens = int(lengths.sum())
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
         distinct = s.dedup(completions).to(device)  # [n, R]
@@ -107,13 +118,15 @@ class GroupSampler:
             rows = (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1)  # [n*G]
             ro = select_rows(ro, rows)
             rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rewards, distinct, kept, scored))
+            hinted = hinted.view(n, R).gather(1, keep.cpu()).reshape(-1)
             parts = {k: v.gather(1, keep.cpu()) for k, v in parts.items()}
             std_gain = group_stats(rewards, kept & distinct).std - before
         # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
-                             informative_groups(rewards, valid), std_gain, tokens)
+                             informative_groups(rewards, valid), std_gain, tokens,
+                             hinted=hinted.view(n, G).to(device) if self.reflect.active else None)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
                generator: torch.Generator | None = None) -> SampledGroups:
