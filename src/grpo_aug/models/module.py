@@ -28,10 +28,10 @@ from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.models.lora import Lora, NoLora
 from grpo_aug.models.policy import PolicyModels
-from grpo_aug.models.run_counts import RunCounts
+from grpo_aug.models.run_counts import RunCounts, RunStream
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
-from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
+from grpo_aug.resume import gather_per_rank
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
@@ -99,8 +99,7 @@ class GRPOModule(L.LightningModule):
         self.seed = seed
         # the rollout's own random stream: checkpointed, and untouched by anything else that draws
         # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
-        self._generator: torch.Generator | None = None
-        self._restored: dict | None = None  # run state from a checkpoint, applied when training starts
+        self.stream = RunStream(seed)
         self.policy: torch.nn.Module | None = None
         self.counts = RunCounts()  # failed reward calls and skipped updates, this run
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
@@ -133,25 +132,18 @@ class GRPOModule(L.LightningModule):
 
     @property
     def generator(self) -> torch.Generator:
-        if self._generator is None:
-            device = next(self.policy.parameters()).device
-            rank = self.global_rank if self._trainer is not None else 0
-            self._generator = torch.Generator(device=device).manual_seed(self.seed * 100_003 + rank)
-        return self._generator
+        rank = self.global_rank if self._trainer is not None else 0
+        return self.stream.get(next(self.policy.parameters()).device, rank)
 
     def on_train_start(self) -> None:
         self.logged_window = self.global_step // self.trainer.log_every_n_steps
-        if self._restored is not None:  # late: Lightning draws from the global stream while setting up
-            rng = own_entry(self._restored["rng"], "random streams")
-            if rng is not None:
-                restore_rng(rng, self.generator)
-            self._restored = None
+        self.stream.restore(next(self.policy.parameters()).device, self.global_rank)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.models.saved(checkpoint.get("state_dict", {}))
         checkpoint["beta_schedule"] = self.algo.beta.state_dict()
         checkpoint["run_state"] = {
-            "rng": gather_per_rank(capture_rng(self.generator)),  # every rank calls this: it gathers
+            "rng": self.stream.state(next(self.policy.parameters()).device, self.global_rank),
             **self.counts.state_dict(),
             "selection": self.selection.state_dict(),  # the same on every rank
         }
@@ -164,7 +156,7 @@ class GRPOModule(L.LightningModule):
             self.counts.load_state_dict(state)
             if "selection" in state:
                 self.selection.load_state_dict(state["selection"])
-            self._restored = state
+            self.stream.restored = state["rng"]
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict:
