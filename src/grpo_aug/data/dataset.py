@@ -20,8 +20,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from grpo_aug.data.gsm8k import ON_BAD_ROW, BadRow, bucket_for_steps
+from grpo_aug.data.gsm8k import bucket_for_steps
 from grpo_aug.data.records import Prompt
+from grpo_aug.data.rows import BadRow, keep_good_rows
 from grpo_aug.rewards.answers import AnswerFormat, normalize
 
 log = logging.getLogger(__name__)
@@ -166,28 +167,7 @@ class DatasetSource:
 
     def _read(self, split: str, on_bad_row: str, path: str | None = None) -> list[Prompt]:
         path = path or self.path
-        if on_bad_row not in ON_BAD_ROW:
-            raise ValueError(f"data.on_bad_row must be one of {ON_BAD_ROW}, got {on_bad_row!r}")
-        records, bad, seen = [], [], {}
-        for where, row in read_rows(path, split):
-            try:
-                record = self._record(row, where)
-                if record.id in seen:
-                    raise BadRow(f"{where}: duplicate id {record.id!r} (first used at {seen[record.id]})")
-            except BadRow as err:
-                if on_bad_row == "raise":
-                    raise
-                bad.append(str(err))
-                continue
-            seen[record.id] = where
-            records.append(record)
-        if bad:
-            shown = "\n  ".join(bad[:5]) + (f"\n  ... and {len(bad) - 5} more" if len(bad) > 5 else "")
-            log.warning("data.on_bad_row=skip: left out %d bad row(s) of %s (%d kept):\n  %s", len(bad),
-                        path, len(records), shown)
-        if not records:
-            raise ValueError(f"{path} ({split}): no usable records" + (f" ({len(bad)} bad)" if bad else ""))
-        return records
+        return keep_good_rows(read_rows(path, split), self._record, on_bad_row, f"{path} ({split})")
 
     def _held_out(self, record: Prompt) -> bool:
         """A fixed share of the rows, chosen by a hash of the id: the same rows on every run and rank."""

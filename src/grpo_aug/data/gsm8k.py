@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.data.rows import BadRow, keep_good_rows
 from grpo_aug.mathtext import normalize_number
 
 log = logging.getLogger(__name__)
@@ -17,13 +18,6 @@ log = logging.getLogger(__name__)
 
 def bucket_for_steps(steps: int, easy_max: int, medium_max: int) -> str:
     return "easy" if steps <= easy_max else "medium" if steps <= medium_max else "hard"
-
-
-ON_BAD_ROW = ("raise", "skip")
-
-
-class BadRow(ValueError):
-    """One unusable line of a data file; the message starts with `file:line:`."""
 
 
 def _parse_row(line: str, where: str) -> dict:
@@ -50,44 +44,25 @@ def read_gsm8k(path: str | Path, prompt_template: str, easy_max: int = 2, medium
     """Parse a GSM8K JSONL file. A malformed line, a missing field, a non-numeric final answer or
     a repeated `id` is an error naming `file:line`; with on_bad_row='skip' such lines are left out,
     counted and summarised in the log instead. A row's id is its `id` field, else `<stem>-<line>`."""
-    if on_bad_row not in ON_BAD_ROW:
-        raise ValueError(f"data.on_bad_row must be one of {ON_BAD_ROW}, got {on_bad_row!r}")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (set data.source.path)")
-    records, bad = [], []
-    first_line: dict[str, int] = {}  # id -> the line that used it first
+
+    def make(raw: tuple[int, str], where: str) -> Prompt:
+        lineno, line = raw
+        row = _parse_row(line, where)
+        return Prompt(
+            id=str(row["id"]) if row.get("id") is not None else f"{path.stem}-{lineno}",
+            question=row["question"],
+            prompt=prompt_template.format(question=row["question"]),
+            answer=row["final"],
+            solution=row["answer"],
+            bucket=bucket_for_steps(row["answer"].count("<<"), easy_max, medium_max),
+        )
+
     with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = _parse_row(line, where)
-                row_id = str(row["id"]) if row.get("id") is not None else f"{path.stem}-{lineno}"
-                if row_id in first_line:
-                    raise BadRow(f"{where}: duplicate id {row_id!r} (first used on line {first_line[row_id]})")
-            except BadRow as err:
-                if on_bad_row == "raise":
-                    raise
-                bad.append(str(err))
-                continue
-            first_line[row_id] = lineno
-            records.append(Prompt(
-                id=row_id,
-                question=row["question"],
-                prompt=prompt_template.format(question=row["question"]),
-                answer=row["final"],
-                solution=row["answer"],
-                bucket=bucket_for_steps(row["answer"].count("<<"), easy_max, medium_max),
-            ))
-    if bad:
-        shown = "\n  ".join(bad[:5]) + (f"\n  ... and {len(bad) - 5} more" if len(bad) > 5 else "")
-        log.warning("data.on_bad_row=skip: left out %d bad row(s) of %s (%d kept):\n  %s", len(bad), path,
-                    len(records), shown)
-    if not records:
-        raise ValueError(f"{path}: no usable records" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
-    return records
+        lines = [(f"{path}:{n}", (n, line)) for n, line in enumerate(f, start=1) if line.strip()]
+    return keep_good_rows(lines, make, on_bad_row, str(path))
 
 
 class GSM8KSource:
