@@ -91,3 +91,16 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
         if step > best_step:
             best, best_step = path, step
     return best
+
+
+def rank_any(module, flag: bool) -> bool:
+    """Is `flag` true on any rank (every rank calls this)?"""
+    value = torch.tensor(float(flag), device=module.device)
+    return bool(module.trainer.strategy.reduce(value, reduce_op="sum") > 0)
+
+
+def rank_mean(module, value: float) -> float:
+    """The mean of `value` over ranks (itself outside a Trainer)."""
+    if module._trainer is None:
+        return value
+    return float(module.trainer.strategy.reduce(torch.tensor(value, device=module.device), reduce_op="mean"))

@@ -11,7 +11,8 @@ from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.optim import lr_factor
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule, NonFiniteTraining
+from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.run_counts import NonFiniteTraining
 from grpo_aug.models.update import chunk_loss
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter

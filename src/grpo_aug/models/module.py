@@ -1,10 +1,6 @@
-"""The GRPO LightningModule: rollout, reward, group advantage and clipped loss in training_step.
-
-training_step reads as numbered steps; each calls a separately tested piece: GroupSampler
-(rollout/groups.py), loss_mask (algo/masks.py), group_advantages (algo/advantages.py), Scorer
-(algo/scoring.py), policy_loss (algo/loss.py). The module owns the update loop (chunked
-backwards, non-finite and empty updates skipped on every rank), logging and run state.
-"""
+"""The GRPO LightningModule. training_step reads as numbered steps, each a separately tested piece
+(GroupSampler, loss_mask, group_advantages, Scorer, chunk_loss); the module owns the update loop
+(chunked backwards; non-finite and empty updates skipped on every rank), logging and run state."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.run_counts import RunCounts, RunStream
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
-from grpo_aug.resume import gather_per_rank
+from grpo_aug.resume import gather_per_rank, rank_any, rank_mean
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
@@ -41,10 +37,6 @@ from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteTraining(RuntimeError):
-    """Too many updates in a row were non-finite: the run stops instead of spinning."""
 
 
 class GRPOModule(L.LightningModule):
@@ -84,8 +76,7 @@ class GRPOModule(L.LightningModule):
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
         self.strict_loading = not self.models.lora.active
         self.eval_max_new_tokens = eval_max_new_tokens or rollout.max_new_tokens
-        self.lr_warmup_steps = lr_warmup_steps
-        self.lr_final_ratio = lr_final_ratio
+        self.lr_factor = functools.partial(lr_factor, warmup=lr_warmup_steps, final=lr_final_ratio)
         if rollout.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
@@ -93,7 +84,7 @@ class GRPOModule(L.LightningModule):
         self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
                                     self.prompt_format, engine, reflect)
-        self.scorer = Scorer(algo.length_chunks, self._rank_mean)
+        self.scorer = Scorer(algo.length_chunks, functools.partial(rank_mean, self))
         # which prompts to roll out; the per-prompt history
         self.selection = selection or PromptSelection(answer=answer)
         self.seed = seed
@@ -115,8 +106,7 @@ class GRPOModule(L.LightningModule):
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])
         total = self.trainer.max_steps if self._trainer is not None else 0
-        factor = functools.partial(lr_factor, warmup=self.lr_warmup_steps, total=total, final=self.lr_final_ratio)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(self.lr_factor, total=total))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
@@ -128,7 +118,7 @@ class GRPOModule(L.LightningModule):
             if self.sampler.reflect.active:
                 raise ValueError("rollout/reflect=hint re-samples on some ranks only; it cannot run under sharded "
                                  "weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
-            self.sampler.any_rank = self._any_rank
+            self.sampler.any_rank = functools.partial(rank_any, self)
 
     @property
     def generator(self) -> torch.Generator:
@@ -175,12 +165,8 @@ class GRPOModule(L.LightningModule):
         kl_mean = self.trainer.strategy.reduce(updates["kl_mean"][: a.minibatches].mean(), reduce_op="mean")
         a.beta.observe(self.global_step, kl_mean.item())
         self._log_step(step, updates, beta)
-        if self.counts.consecutive_skipped >= a.max_consecutive_nonfinite:
-            raise NonFiniteTraining(
-                f"step {self.global_step}: {self.counts.consecutive_skipped} updates in a row had a non-finite loss or "
-                f"gradient norm and were skipped (algo.max_consecutive_nonfinite={a.max_consecutive_nonfinite}); "
-                f"the weights are those of the last finite update. {self._last_checkpoint_hint()} "
-                "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
+        self.counts.stop_if_stuck(a.max_consecutive_nonfinite, self.global_step,
+                                  getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
         return {"report": step_report(step, updates, kl_mean, self.rollout_settings.group_size,
                                          self.rollout_settings.temperatures), "updates": updates}
 
@@ -278,18 +264,6 @@ class GRPOModule(L.LightningModule):
         return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=self.device),
                 "skipped": torch.tensor(float(skip), device=self.device),
                 **merge_stats([st for _, st in parts if st is not None], self.device)}
-
-    def _any_rank(self, flag: bool) -> bool:
-        return bool(self.trainer.strategy.reduce(torch.tensor(float(flag), device=self.device), reduce_op="sum") > 0)
-
-    def _rank_mean(self, value: float) -> float:
-        if self._trainer is None:
-            return value
-        return float(self.trainer.strategy.reduce(torch.tensor(value, device=self.device), reduce_op="mean"))
-
-    def _last_checkpoint_hint(self) -> str:
-        ckpt = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or ""
-        return f"Last checkpoint: {ckpt}." if ckpt else "No checkpoint was saved yet."
 
     def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float) -> None:
         sampled = step.sampled

@@ -13,6 +13,10 @@ import torch
 from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
 
 
+class NonFiniteTraining(RuntimeError):
+    """Too many updates in a row were non-finite: the run stops instead of spinning."""
+
+
 @dataclass
 class RunCounts:
     reward_errors: Counter = field(default_factory=Counter)  # calls that raised, per reward function
@@ -28,6 +32,15 @@ class RunCounts:
     def add_update(self, skipped: bool) -> None:
         self.skipped_total += int(skipped)
         self.consecutive_skipped = self.consecutive_skipped + 1 if skipped else 0
+
+    def stop_if_stuck(self, limit: int, step: int, last_checkpoint: str) -> None:
+        if self.consecutive_skipped >= limit:
+            where = f"Last checkpoint: {last_checkpoint}." if last_checkpoint else "No checkpoint was saved yet."
+            raise NonFiniteTraining(
+                f"step {step}: {self.consecutive_skipped} updates in a row had a non-finite loss or gradient norm "
+                f"and were skipped (algo.max_consecutive_nonfinite={limit}); the weights are those of the last "
+                f"finite update. {where} "
+                "Lower the lr, check the reward scale and the masks, or resume from an earlier checkpoint.")
 
     def state_dict(self) -> dict:
         return {"reward_errors": dict(self.reward_errors), "reward_timeouts": dict(self.reward_timeouts),
