@@ -112,3 +112,32 @@ def test_math_reward_scores_by_value_with_the_configured_format():
     assert MathReward(answer=BOXED)(_prompt("\\frac{2}{5}"), QWEN_MATH) == 1.0
     with pytest.raises(ValueError, match="no usable reference answer"):
         reward(_prompt("  "), "#### 1")
+
+
+@pytest.mark.parametrize("text, strict, soft", [
+    (R1_STYLE, 1.0, 1.0),
+    ("<think>\nx\n</think>\n<answer>\n5\n</answer>\n", 1.0, 1.0),  # trailing whitespace is fine
+    ("<think>x</think> <answer>5</answer>", 1.0, 1.0),  # one line is fine
+    ("<think>x</think> so <answer>5</answer>", 0.0, 1.0),  # text between the blocks: soft only
+    ("Sure! <think>\nx\n</think>\n<answer>\n5\n</answer>", 0.0, 1.0),  # text before the tags
+    ("<think>\nx\n</think>\n<answer>\n5\n</answer>\n<answer>\n6\n</answer>", 0.0, 1.0),  # a tag twice
+    ("<answer>5</answer><think>x</think>", 0.0, 0.0),  # wrong order
+    ("<think>\nx\n</think>", 0.0, 0.0),
+])
+def test_r1_format_reward_strict_and_soft(text, strict, soft):
+    from grpo_aug.rewards import ThinkAnswerFormat
+
+    prompt = _prompt("5")
+    assert ThinkAnswerFormat("strict")(prompt, text) == strict
+    assert ThinkAnswerFormat("soft")(prompt, text) == soft
+
+
+def test_r1_reward_config_scores_answer_and_format(tmp_path):
+    from hydra.utils import instantiate
+
+    from helpers import compose_cfg
+
+    reward = instantiate(compose_cfg(tmp_path, ["reward=r1", "answer=tag"]).reward, _convert_="all")
+    wrong = "<think>\nx\n</think>\n<answer>\n4\n</answer>"
+    scores = reward.score([_prompt("5")], [[R1_STYLE, "<answer>5</answer>", wrong]])
+    assert scores.total.tolist() == [[2.0, 1.0, 1.0]]  # answer + format

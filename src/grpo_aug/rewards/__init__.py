@@ -4,10 +4,10 @@ from grpo_aug.rewards.answers import AnswerFormat
 from grpo_aug.rewards.combine import RewardFunction, RewardSet, Scores
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
-from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
+from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward, ThinkAnswerFormat
 from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 
 __all__ = [
     "AnswerFormat", "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores",
-    "ScriptReward", "NoWinsorize", "SimilarityReward", "SoftMathReward", "Winsorize",
+    "ScriptReward", "NoWinsorize", "SimilarityReward", "SoftMathReward", "ThinkAnswerFormat", "Winsorize",
 ]

@@ -20,7 +20,7 @@ from grpo_aug.mathtext import NotArithmetic, evaluate
 from grpo_aug.rewards.answers import AUTO, AnswerFormat
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
-from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward
+from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward, ThinkAnswerFormat
 
 MAX_CHARS = 32_000
 PROMPT = Prompt(id="fuzz", question="Natalia sold 48 clips in April and half as many in May. How many in total?",
@@ -97,7 +97,8 @@ class Report(NamedTuple):
 
 def targets() -> dict[str, Callable[[str], object]]:
     """Everything that parses model text, each as text -> result."""
-    rewards = [MathReward(), SoftMathReward(), SimilarityReward(), FormatReward(), RepetitionReward(), ScriptReward()]
+    rewards = [MathReward(), SoftMathReward(), SimilarityReward(), FormatReward(), RepetitionReward(), ScriptReward(),
+               ThinkAnswerFormat("strict")]
 
     def evaluate_or_none(text: str) -> object:
         try:

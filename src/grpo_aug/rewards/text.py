@@ -37,6 +37,41 @@ class FormatReward:
         return 1.0 if self.pattern.search(completion) else 0.0
 
 
+class ThinkAnswerFormat:
+    """R1-style format reward: 1.0 for reasoning in <think>...</think> followed by <answer>...</answer>.
+
+    strict  the whole completion is `<think>...</think>` then `<answer>...</answer>`, only whitespace
+            between and around them, each tag once
+    soft    the four tags appear in that order somewhere (text around them allowed)
+    Checked with plain string searches: linear in the completion's length, whatever it holds.
+    """
+
+    name = "think_answer"
+    TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+    def __init__(self, mode: str = "strict") -> None:
+        if mode not in ("strict", "soft"):
+            raise ValueError(f"reward think_answer mode must be 'strict' or 'soft', got {mode!r}")
+        self.mode = mode
+
+    def __call__(self, prompt: Prompt, completion: str) -> float:
+        if self.mode == "soft":
+            at = 0
+            for tag in self.TAGS:
+                at = completion.find(tag, at)
+                if at < 0:
+                    return 0.0
+                at += len(tag)
+            return 1.0
+        text = completion.strip()
+        if not (text.startswith("<think>") and text.endswith("</answer>")):
+            return 0.0
+        if any(text.count(tag) != 1 for tag in self.TAGS):
+            return 0.0
+        end, start = text.find("</think>") + len("</think>"), text.find("<answer>")
+        return 1.0 if end <= start and not text[end:start].strip() else 0.0
+
+
 class RepetitionReward:
     """1 - the share of word n-grams that repeat an earlier n-gram of the same completion.
 
