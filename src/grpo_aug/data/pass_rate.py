@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.rollout.sampler import generate
 
 log = logging.getLogger(__name__)
 
@@ -25,17 +24,18 @@ def tier(rate: float, easy_min: float, hard_max: float) -> str:
 
 
 @torch.no_grad()
-def pass_rates(policy: torch.nn.Module, tokenizer, prompt_format: Callable[[list[str]], list[str]],
+def pass_rates(engine, policy: torch.nn.Module, tokenizer, prompt_format: Callable[[list[str]], list[str]],
                correct: Callable[[Prompt, str], float], records: Sequence[Prompt], samples: int,
                temperature: float, max_new_tokens: int, prompts_per_batch: int = 16, seed: int = 0) -> list[float]:
-    """Each record's share of `samples` completions (at `temperature`) that `correct` scores 1."""
+    """Each record's share of `samples` completions (at `temperature`, from the run's rollout
+    engine) that `correct` scores 1."""
     generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
     rates = []
     for i in range(0, len(records), prompts_per_batch):
         batch = records[i : i + prompts_per_batch]
         texts = prompt_format([r.prompt for r in batch for _ in range(samples)])
         temps = torch.full((len(texts),), float(temperature))
-        ro = generate(policy, tokenizer, texts, temps, 1.0, max_new_tokens, generator=generator)
+        ro = engine.generate(policy, tokenizer, texts, temps, 1.0, max_new_tokens, generator=generator)
         for j, record in enumerate(batch):
             rows = ro.texts[j * samples : (j + 1) * samples]
             rates.append(sum(correct(record, text) == 1.0 for text in rows) / samples)
@@ -59,9 +59,9 @@ def retier_by_pass_rate(module, datamodule, max_new_tokens: int, seed: int) -> N
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     module.policy.to(device)
     train, heldout = datamodule.train_records, datamodule.heldout_records
-    rates = pass_rates(module.policy, module.tokenizer, module.prompt_format, module.val_accuracy.exact,
-                       train + heldout, source.pass_rate_samples, source.pass_rate_temperature, max_new_tokens,
-                       seed=seed)
+    rates = pass_rates(module.sampler.engine, module.policy, module.tokenizer, module.prompt_format,
+                       module.val_accuracy.exact, train + heldout, source.pass_rate_samples,
+                       source.pass_rate_temperature, max_new_tokens, seed=seed)
     module.policy.to("cpu")  # Lightning places it
     buckets = [tier(rate, source.easy_min, source.hard_max) for rate in rates]
     report(rates[: len(train)], buckets[: len(train)], "training")

@@ -59,10 +59,6 @@ class Lora:
         return get_peft_model(model, config)
 
 
-def is_adapter(model: torch.nn.Module) -> bool:
-    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
-
-
 @contextlib.contextmanager
 def adapter_off(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """The base model: the policy with its adapter switched off for the duration."""
