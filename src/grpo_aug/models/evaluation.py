@@ -71,6 +71,8 @@ class HeldoutAccuracy(torch.nn.Module):
         """`eval/accuracy/<bucket>` (and `eval/pass@k/<bucket>`, `eval/mean@k/<bucket>`) for the
         buckets evaluated; syncs across ranks (every rank calls it), then starts afresh."""
         out, k = {}, self.settings.samples
+        for metric in self.sums.values():  # a bucket no batch reached: a sum of 0, not torchmetrics' warning
+            metric.update(torch.zeros((), device=metric.device))
         for bucket in BUCKETS:
             total = self.sums[f"total_{bucket}"].compute()
             if total > 0:
