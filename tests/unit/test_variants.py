@@ -154,3 +154,19 @@ def test_variants_join_training_only_after_the_heldout_split():
     extra = varied.train_records[len(plain.train_records):]
     assert extra and all(r.source_id in {p.id for p in plain.train_records} for r in extra)
     assert not {r.source_id for r in extra} & {r.id for r in varied.heldout_records}
+
+
+def test_no_variant_is_a_heldout_question():
+    # the easy tier has only 1,000 distinct problems, so new numbers often land on a held-out one
+    source = SyntheticArithmetic(size_per_bucket=300, seed=0)
+    schedule = StagedSchedule([{"until": 1.0, "weights": {"easy": 1.0}}])
+    dm = PromptDataModule(source, schedule, total_steps=5, batch_size=4, heldout_per_bucket=100,
+                          variants=Variants(2, [NumericSubstitution(keep_values=[])], seed=0))
+    dm.setup("fit")
+    held_out = {r.question for r in dm.heldout_records}
+    assert dm.variants.held_out > 0  # the guard had something to drop
+    assert not held_out & {r.question for r in dm.train_records}
+    # the same variants made without the guard: exactly the dropped ones are held-out questions
+    originals = [r for r in dm.train_records if r.source_id is None]
+    unguarded = Variants(2, [NumericSubstitution(keep_values=[])], seed=0).make(originals)
+    assert sum(v.question in held_out for v in unguarded) == dm.variants.held_out

@@ -119,9 +119,10 @@ class PromptDataModule(L.LightningDataModule):
             self.heldout_records = split_heldout(heldout, self.heldout_per_bucket, self.seed)[1]
         if self.variants is not None and self.variants.per_prompt > 0:
             # after the split: a held-out problem never reaches training as a variant
-            made = self.variants.make(self.train_records)
-            log.info("data.variants: %d variants from %d training prompts (%d of %d attempts failed)",
-                     len(made), len(self.train_records), sum(self.variants.failures.values()), self.variants.attempts)
+            made = self.variants.make(self.train_records, held_out={r.question for r in self.heldout_records})
+            log.info("data.variants: %d variants from %d training prompts (%d of %d attempts failed, "
+                     "%d dropped as held-out questions)", len(made), len(self.train_records),
+                     sum(self.variants.failures.values()), self.variants.attempts, self.variants.held_out)
             self.train_records = self.train_records + made
         if getattr(self.source, "tiers", None) == "pass_rate":
             return  # buckets come from the starting policy (retier), then the checks below run
