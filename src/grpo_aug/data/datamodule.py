@@ -65,7 +65,7 @@ class PromptDataModule(L.LightningDataModule):
         source: PromptSource,
         schedule,
         total_steps: int,
-        batch_size: int = 8,
+        batch_size: int = 16,
         heldout_per_bucket: int = 200,
         val_batch_size: int = 200,
         seed: int = 0,

@@ -14,7 +14,7 @@ from grpo_aug.rollout.filter import GroupFilter
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    group_size: int = 16
+    group_size: int = 8
     temperatures: Sequence[float] = (0.7, 1.0, 1.2, 1.5)
     top_p: float = 0.95
     max_new_tokens: int = 32
