@@ -5,7 +5,7 @@ import re
 import pytest
 
 from grpo_aug.data.curriculum import StagedSchedule
-from grpo_aug.data.datamodule import PromptDataModule, split_heldout
+from grpo_aug.data.datamodule import PaddingBatch, PromptDataModule, split_heldout
 from grpo_aug.data.gsm8k import GSM8KSource, read_gsm8k
 from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.synthetic import SyntheticArithmetic
@@ -171,3 +171,21 @@ def test_schedule_needing_an_empty_bucket_fails_at_setup():
     dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)
     with pytest.raises(ValueError, match=r"curriculum.stages\[0\].weights.hard asks for bucket 'hard', but it has 10 "):
         dm.setup("fit")
+
+
+@pytest.mark.parametrize("val_batch_size, world, per_rank", [(10, 2, 2), (10, 3, 1), (4, 2, 5), (4, 4, 3)])
+def test_every_rank_gets_as_many_heldout_batches_and_each_prompt_counts_once(val_batch_size, world, per_rank):
+    schedule = StagedSchedule([{"until": 1.0, "weights": {"easy": 1.0}}])
+    dm = PromptDataModule(SyntheticArithmetic(size_per_bucket=40, seed=0), schedule, total_steps=5, batch_size=4,
+                          heldout_per_bucket=10, val_batch_size=val_batch_size)
+    dm.setup("fit")
+    ranks = [dm.val_batches(r, world) for r in range(world)]
+    # 3 buckets of 10: batches of 10 -> 3 batches; of 4 -> 4 + 4 + 2 per bucket, 9 batches
+    assert [len(b) for b in ranks] == [per_rank] * world
+    counted = [p.id for b in ranks for batch in b if not isinstance(batch, PaddingBatch) for p in batch]
+    assert sorted(counted) == sorted(r.id for r in dm.heldout_records)
+    padding = [batch for b in ranks for batch in b if isinstance(batch, PaddingBatch)]
+    assert len(padding) == world * per_rank - (3 if val_batch_size == 10 else 9)
+    assert all(len(batch) == 1 for batch in padding)
+    alone = dm.val_batches(0, 1)
+    assert len(alone) == (3 if val_batch_size == 10 else 9) and not any(isinstance(b, PaddingBatch) for b in alone)

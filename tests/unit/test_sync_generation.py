@@ -108,3 +108,46 @@ def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_m
     assert len(asked) == 3  # asked every round, given nothing
     assert rounds == [2, 1, 1]  # its own round, then two stand-in rounds of one prompt
     assert len(out.prompts) == 2 and out.rounds == 1  # the stand-ins were discarded
+
+
+def _eval_worker(rank, port, out):
+    from grpo_aug.data.curriculum import StagedSchedule
+    from grpo_aug.data.datamodule import PaddingBatch, PromptDataModule
+    from grpo_aug.data.synthetic import SyntheticArithmetic
+    from grpo_aug.models.evaluation import HeldoutAccuracy
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dm = PromptDataModule(SyntheticArithmetic(size_per_bucket=12, seed=0),
+                          StagedSchedule([{"until": 1.0, "weights": {"easy": 1.0}}]), total_steps=1, batch_size=2,
+                          heldout_per_bucket=4, val_batch_size=4)
+    dm.setup("validate")
+    model, metric = Scripted([4, 11][rank]), HeldoutAccuracy()
+
+    def all_done(done):
+        flag = torch.tensor(float(done))
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag)
+
+    batches = dm.val_batches(rank, 2)
+    for batch in batches:
+        metric.evaluate(model, Tok(), [p.prompt for p in batch], batch, 12, 0, torch.device("cpu"), all_done,
+                        counted=not isinstance(batch, PaddingBatch))
+    totals = {name: float(m.compute()) for name, m in metric.sums.items() if name.startswith("total_")}
+    out[rank] = (model.forwards, [len(b) for b in batches], totals)
+    dist.destroy_process_group()
+
+
+def test_heldout_evaluation_runs_as_many_forwards_on_every_rank_and_counts_each_prompt_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    mp.spawn(_eval_worker, args=(port, out), nprocs=2, join=True)
+    (f0, sizes0, totals0), (f1, sizes1, totals1) = out[0], out[1]
+    # 3 held-out batches of 4 (easy, medium, hard): rank 0 takes easy and hard, rank 1 medium and a
+    # one-prompt padding batch; each batch runs prefill + 8 decode forwards on both ranks
+    assert sizes0 == [4, 4] and sizes1 == [4, 1]
+    assert f0 == f1 == 18
+    # summed over ranks: 4 prompts per bucket, the padding prompt not among them
+    assert totals0 == totals1 == {"total_easy": 4.0, "total_medium": 4.0, "total_hard": 4.0}

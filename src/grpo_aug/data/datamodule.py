@@ -29,6 +29,12 @@ def _collate(batch: list[Prompt]) -> list[Prompt]:
     return batch
 
 
+class PaddingBatch(list):
+    """A held-out batch that only evens out the ranks' batch counts: under sharded weights every
+    forward is a collective, so a rank with fewer batches must still join the others' forwards.
+    It is generated but not counted (and skipped where weights are not sharded)."""
+
+
 class BucketedRecords(Dataset):
     """Training records indexed by (index, bucket): the record as the bucket it was drawn from
     (its online bucket may differ from the one its data source gave it)."""
@@ -193,12 +199,15 @@ class PromptDataModule(L.LightningDataModule):
         return [r if r.bucket == b else dataclasses.replace(r, bucket=b) for r, b in drawn]
 
     def val_batches(self, rank: int = 0, world_size: int = 1) -> list[list[Prompt]]:
-        """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ..."""
+        """Single-bucket batches of held-out prompts; rank r evaluates batches r, r + W, ...; ranks
+        with one batch fewer end with a one-prompt PaddingBatch, so every rank runs as many."""
         batches = []
         for bucket in BUCKETS:
             rows = [r for r in self.heldout_records if r.bucket == bucket]
             batches += [rows[i : i + self.val_batch_size] for i in range(0, len(rows), self.val_batch_size)]
-        return batches[rank::world_size]
+        mine = batches[rank::world_size]
+        per_rank = -(-len(batches) // world_size)
+        return mine + [PaddingBatch(batches[0][:1]) for _ in range(per_rank - len(mine))]
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer

@@ -3,7 +3,8 @@
 `data.variants.kinds` lists variant makers (`_target_` each); `data.variants.per_prompt` is how
 many variants each training record gets (attempts that fail are not replaced by copies).
 Variants are made from training records only, after the held-out split, and a variant whose
-question is a held-out question is dropped, so a held-out problem never reaches training in disguise. Each keeps its source's bucket and links to it (`source_id`).
+question is a held-out question is dropped, so a held-out problem never reaches training in
+disguise. Each keeps its source's bucket and links to it (`source_id`).
 
 NumericSubstitution: the question's numbers are replaced consistently (same number of digits,
 same decimals) and the reference solution's calculator chain `<<expr=result>>` is re-evaluated

@@ -9,6 +9,7 @@ the rollout's random stream: a run with evaluation samples what one without woul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -47,25 +48,26 @@ class HeldoutAccuracy(torch.nn.Module):
         self.exact = MathReward(answer=answer)
 
     def evaluate(self, policy: torch.nn.Module, tokenizer, texts: list[str], batch: list[Prompt],
-                 max_new_tokens: int, seed: int, device: torch.device) -> None:
-        """One single-bucket batch: `texts` are its model inputs (prompt format applied)."""
-        greedy = generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens)
+                 max_new_tokens: int, seed: int, device: torch.device,
+                 all_done: Callable[[bool], bool] | None = None, counted: bool = True) -> None:
+        """One single-bucket batch: `texts` are its model inputs (prompt format applied).
+        all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampler);
+        counted=False: generate (the other ranks' forwards need this one) but add nothing."""
+        greedy = generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens, all_done=all_done)
         right = torch.tensor([self.exact(p, t) for p, t in zip(batch, greedy.texts, strict=True)])  # [B]
-        self._add("correct", batch, right.sum(), device)
-        self._add("total", batch, torch.tensor(float(len(batch))), device)
+        adds = [("correct", right.sum()), ("total", torch.tensor(float(len(batch))))]
         k = self.settings.samples
         if k > 1:
             generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
             temps = torch.full((len(batch) * k,), self.settings.temperature)
             sampled = generate(policy, tokenizer, [t for t in texts for _ in range(k)], temps, self.settings.top_p,
-                               max_new_tokens, generator=generator)
+                               max_new_tokens, generator=generator, all_done=all_done)
             scores = torch.tensor([self.exact(batch[i // k], t) for i, t in enumerate(sampled.texts)])
             scores = scores.view(len(batch), k)  # [B, k]
-            self._add("passed", batch, (scores.max(dim=1).values == 1.0).sum().float(), device)
-            self._add("right_samples", batch, scores.sum() / k, device)
-
-    def _add(self, name: str, batch: list[Prompt], value: torch.Tensor, device: torch.device) -> None:
-        self.sums[f"{name}_{batch[0].bucket}"].update(value.to(device))
+            adds += [("passed", (scores.max(dim=1).values == 1.0).sum().float()), ("right_samples", scores.sum() / k)]
+        if counted:
+            for name, value in adds:
+                self.sums[f"{name}_{batch[0].bucket}"].update(value.to(device))
 
     def compute(self) -> dict[str, float]:
         """`eval/accuracy/<bucket>` (and `eval/pass@k/<bucket>`, `eval/mean@k/<bucket>`) for the

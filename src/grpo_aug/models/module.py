@@ -17,6 +17,7 @@ from grpo_aug.algo.masks import TokenText, loss_mask
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm, lr_factor
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.data.datamodule import PaddingBatch
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.lean.decode import sharded
@@ -114,11 +115,18 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.models.place(self.device, self.trainer.strategy)
-        if sharded(self.policy):  # every forward is a collective: ranks decide decode and refill rounds together
-            if self.sampler.reflect.active:
-                raise ValueError("rollout/reflect=hint re-samples on some ranks only; it cannot run under sharded "
-                                 "weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
-            self.sampler.any_rank = functools.partial(rank_any, self)
+        if sharded(self.policy) and self.sampler.reflect.active:
+            raise ValueError("rollout/reflect=hint re-samples on some ranks only; it cannot run under sharded "
+                             "weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
+        self._vote_if_sharded()
+
+    def on_validation_start(self) -> None:
+        self._vote_if_sharded()  # the step-0 baseline and mode=eval run before (or without) fit
+
+    def _vote_if_sharded(self) -> None:
+        """Under sharded weights every forward is a collective: ranks decide decode steps and refill
+        rounds together."""
+        self.sampler.any_rank = functools.partial(rank_any, self) if sharded(self.policy) else None
 
     @property
     def generator(self) -> torch.Generator:
@@ -288,8 +296,12 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[Prompt], batch_idx: int) -> None:
         rank = self.global_rank if self._trainer is not None else 0
         seed = ((self.seed * 1_000_003 + self.global_step) * 10_007 + batch_idx) * 1_009 + rank
+        padding = isinstance(batch, PaddingBatch)  # evens out the ranks' batch counts, never counted
+        if padding and self.sampler.any_rank is None:
+            return  # unsharded ranks need not join each other's forwards
         self.val_accuracy.evaluate(self.policy, self.tokenizer, self.prompt_format([p.prompt for p in batch]), batch,
-                                   self.eval_max_new_tokens, seed, self.device)
+                                   self.eval_max_new_tokens, seed, self.device, self.sampler.all_done(),
+                                   counted=not padding)
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = accuracy = self.val_accuracy.compute()

@@ -83,6 +83,11 @@ class GroupSampler:
         self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
         self.prompt_pool = prompt_pool
 
+    def all_done(self) -> Callable[[bool], bool] | None:
+        """The decode loop's stop vote under sharded weights: (this rank's rows finished) -> are
+        every rank's; None: each rank stops on its own."""
+        return None if self.any_rank is None else (lambda done: not self.any_rank(not done))
+
     def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], settings: RolloutSettings,
                      generator: torch.Generator | None = None) -> SampledGroups:
         """Roll out the rows of every prompt in one batched call; score and dedup them; with
@@ -92,9 +97,8 @@ class GroupSampler:
         device = next(policy.parameters()).device
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
         texts = self.prompt_format(s.row_prompts(prompts))  # hints go into the user message, then the template
-        all_done = None if self.any_rank is None else (lambda done: not self.any_rank(not done))
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
-                                  generator=generator, all_done=all_done)
+                                  generator=generator, all_done=self.all_done())
         tokens = int(ro.completion_mask.sum())
         hinted = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint (rollout/reflect.py)
