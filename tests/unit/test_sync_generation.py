@@ -43,18 +43,20 @@ class Tok:
         return ["x" * int((row == WORD).sum()) for row in ids]
 
 
+def _all_done(done):
+    """The cross-rank stop vote: True once every rank's rows are finished."""
+    flag = torch.tensor(float(done))
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag)
+
+
 def _worker(rank, port, sync, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     # prompts fill positions 0-2: rank 0's rows end after 2 tokens, rank 1's after 9 (of 12 allowed)
     model = Scripted([4, 11][rank])
 
-    def all_done(done):
-        flag = torch.tensor(float(done))
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag)
-
-    ro = generate(model, Tok(), ["a", "b"], torch.zeros(2), 1.0, 12, all_done=all_done if sync else None,
+    ro = generate(model, Tok(), ["a", "b"], torch.zeros(2), 1.0, 12, all_done=_all_done if sync else None,
                   lean=False)
     out[rank] = (model.forwards, ro.completion_mask.sum(1).tolist(), ro.completion_mask.shape[1])
     dist.destroy_process_group()
@@ -124,14 +126,9 @@ def _eval_worker(rank, port, out):
     dm.setup("validate")
     model, metric = Scripted([4, 11][rank]), HeldoutAccuracy()
 
-    def all_done(done):
-        flag = torch.tensor(float(done))
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag)
-
     batches = dm.val_batches(rank, 2)
     for batch in batches:
-        metric.evaluate(model, Tok(), [p.prompt for p in batch], batch, 12, 0, torch.device("cpu"), all_done,
+        metric.evaluate(model, Tok(), [p.prompt for p in batch], batch, 12, 0, torch.device("cpu"), _all_done,
                         counted=not isinstance(batch, PaddingBatch))
     totals = {name: float(m.compute()) for name, m in metric.sums.items() if name.startswith("total_")}
     out[rank] = (model.forwards, [len(b) for b in batches], totals)
