@@ -26,7 +26,7 @@ from helpers import compose_cfg
         ["algo/loss=token_mean", "algo/beta=linear"],
         ["algo/loss=constant_norm", "algo/beta=relax", "algo/kl=k2", "reward/winsorize=quantile"],
         ["rollout/selector=history", "data/difficulty=online", "rollout.oversample=2"],
-        ["rollout/selector=learned"],
+        ["rollout/selector=learned", "curriculum=bandit"],
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):
@@ -81,6 +81,8 @@ BAD = [  # (overrides, what the message must say: the key, and the value or the 
      r"curriculum.stages\[0\].weights: weights must sum to 1, got 0.5"),
     (["curriculum=staged", "+curriculum.stages.0.weights.expert=0.0"],
      r"curriculum.stages\[0\].weights: unknown bucket 'expert'"),
+    (["curriculum=bandit", "curriculum.explore=0"], r"curriculum.explore must be in \(0, 1\] .*got 0"),
+    (["curriculum=bandit", "curriculum.initial.medium=2"], r"curriculum.initial.medium must be in \[0, 1\] .*got 2"),
     (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
     (["model.optimizer.lr=0"], r"model.optimizer.lr must be > 0, got 0"),
     (["model.optimizer.lr=-1e-4"], r"model.optimizer.lr must be > 0, got -0.0001"),

@@ -26,7 +26,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
+from grpo_aug.algo.group_stats import counted_mean, group_stats, informative_share, length_quantiles, polarisation
 from grpo_aug.data.records import Prompt
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,12 @@ def sample_batches(module, datamodule, batches: int):
     rewards, counted, lengths, truncated, prompts = [], [], [], [], []
     with torch.no_grad():
         for step in range(batches):
-            batch = [datamodule.train_records[i] for i in sampler.batch_at(step)]
+            bucket, indices = sampler.draw(step)
+            batch = [datamodule.train_records[i] for i in indices]
             sampled = module.sampler.sample_round(module.policy, batch, module.rollout_settings, module.generator)
-            datamodule.schedule.observe(step, float(counted_mean(sampled.rewards, sampled.scored)))
+            datamodule.schedule.observe(step, bucket,
+                                        float(counted_mean(sampled.rewards, sampled.scored)),
+                                        float(informative_share(sampled.rewards, sampled.valid)))
             rewards.append(sampled.rewards.cpu())  # [B, G]
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
             lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from grpo_aug.algo import group_advantages
-from grpo_aug.algo.group_stats import group_stats
+from grpo_aug.algo.group_stats import group_stats, informative_share
 
 
 def test_one_correct_of_four_by_hand():
@@ -72,3 +72,11 @@ def test_group_stats_match_pythons_statistics_on_random_groups():
         assert stats.std[b].item() == pytest.approx(std, rel=1e-12)
         expected = [(r - mean) / std if v else 0.0 for r, v in zip(rewards[b].tolist(), valid[b].tolist(), strict=True)]
         assert adv[b].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+def test_informative_share_counts_groups_with_spread_among_those_with_a_std():
+    rewards = torch.tensor([[1.0, 0.0, 1.0], [0.3, 0.3, 0.3], [2.0, 5.0, 5.0], [1.0, 0.0, 0.0]])
+    counted = torch.tensor([[True, True, True], [True, True, True], [False, True, True], [True, False, False]])
+    # group 0 spread; 1 flat; 2 flat among its counted rows (5, 5); 3 has one counted row: no std
+    assert informative_share(rewards, counted).item() == pytest.approx(1 / 3)
+    assert informative_share(rewards[3:], counted[3:]).item() == 0.0

@@ -1,11 +1,17 @@
-"""Curriculum schedules at chosen steps, the adaptive difficulty, sampler state and resume."""
+"""Curriculum schedules at chosen steps, the adaptive difficulty, the bandit, sampler state and resume."""
 
 import math
 
 import pytest
 from hydra.utils import instantiate
 
-from grpo_aug.data.curriculum import AdaptiveSchedule, LinearSchedule, StagedSchedule, difficulty_weights
+from grpo_aug.data.curriculum import (
+    AdaptiveSchedule,
+    BanditSchedule,
+    LinearSchedule,
+    StagedSchedule,
+    difficulty_weights,
+)
 from grpo_aug.data.sampler import CurriculumBatchSampler
 from helpers import compose_cfg
 
@@ -44,17 +50,17 @@ def test_difficulty_weights_split_between_neighbours():
 def test_adaptive_difficulty_follows_the_reward_with_a_two_step_lag():
     s = AdaptiveSchedule(target_success=0.5, step_size=0.1, sharpness=5.0)
     assert s.weights(0, 100)["easy"] == 1.0 and s.weights(1, 100)["easy"] == 1.0
-    s.observe(0, 0.9)  # too easy: difficulty rises by 0.1 * tanh(5 * 0.4)
+    s.observe(0, "easy", 0.9, 0.0)  # too easy: difficulty rises by 0.1 * tanh(5 * 0.4)
     up = 0.1 * math.tanh(2.0)
     assert s.weights(2, 100) == pytest.approx({"easy": 1 - up, "medium": up, "hard": 0.0})
-    s.observe(1, 0.1)  # too hard: falls by the same amount, back to 0
+    s.observe(1, "medium", 0.1, 0.0)  # too hard: falls by the same amount, back to 0
     assert s.weights(3, 100) == pytest.approx({"easy": 1.0, "medium": 0.0, "hard": 0.0})
-    s.observe(2, 0.1)  # clipped at 0
+    s.observe(2, "easy", 0.1, 0.0)  # clipped at 0
     assert s.difficulty_for(4) == 0.0
     with pytest.raises(RuntimeError, match="needs the reward of step 3"):
         s.weights(5, 100)
     for step in range(3, 200):
-        s.observe(step, 1.0)
+        s.observe(step, "easy", 1.0, 0.0)
     assert s.difficulty_for(201) == 2.0  # saturates at hard
 
 
@@ -67,15 +73,19 @@ def _adaptive_sampler(start=0):
     return CurriculumBatchSampler(INDICES, 4, AdaptiveSchedule(step_size=0.5), 40, seed=3, start_step=start)
 
 
-def _drive(sampler, rewards, steps, state_at=None):
-    """Iterate like Lightning does (the batch of step k is fetched before step k-1's reward)."""
+def _drive(sampler, rewards, steps, state_at=None, informative=None):
+    """Iterate like Lightning does (the batch of step k is fetched before step k-1's reward).
+
+    informative: bucket -> the share of informative groups its steps report (default 0.5)."""
     it = iter(sampler)
     batches, state = [], None
     pending = next(it)
     for k in range(steps):
         batch, pending = pending, next(it, None)
         batches.append([i for i, _ in batch])  # (record index, bucket) pairs
-        sampler.schedule.observe(sampler.start_step + k, rewards[(sampler.start_step + k) % len(rewards)])
+        step, bucket = sampler.start_step + k, batch[0][1]
+        share = (informative or {}).get(bucket, 0.5)
+        sampler.schedule.observe(step, bucket, rewards[step % len(rewards)], share)
         if state_at is not None and sampler.start_step + k + 1 == state_at:
             state = {**sampler.state_dict(), "next_step": state_at}
     return batches, state
@@ -115,3 +125,62 @@ def test_rank_splits_are_disjoint_and_cover_the_step():
         joined = [i for p in parts for i in p]
         assert len(set(joined)) == 20 and len({i // 100 for i in joined}) == 1
         assert sorted(joined) == sorted(single.batch_at(step))  # the ranks jointly hold the step's draw
+
+
+def test_bandit_values_and_weights_by_hand():
+    s = BanditSchedule(initial={"easy": 0.5}, temperature=0.1, rate=0.2, explore=0.06)
+    # before any step: softmax(0.5, 0, 0 / 0.1) = e^5 : 1 : 1, then the 2% floor per bucket
+    e5 = math.exp(5.0)
+    expected = {"easy": 0.94 * e5 / (e5 + 2) + 0.02, "medium": 0.94 / (e5 + 2) + 0.02, "hard": 0.94 / (e5 + 2) + 0.02}
+    assert s.weights(0, 100) == pytest.approx(expected) and s.weights(1, 100) == pytest.approx(expected)
+    s.observe(0, "easy", 0.7, 0.25)  # easy: 0.5 + 0.2 * (0.25 - 0.5) = 0.45
+    s.observe(1, "medium", 0.0, 1.0)  # medium: 0 + 0.2 * 1.0 = 0.2
+    assert s.values_for(2) == pytest.approx({"easy": 0.45, "medium": 0.0, "hard": 0.0})
+    assert s.values_for(3) == pytest.approx({"easy": 0.45, "medium": 0.2, "hard": 0.0})
+    w = s.weights(3, 100)
+    z = math.exp(0.0) + math.exp(-2.5) + math.exp(-4.5)  # values minus the top one (0.45), / 0.1
+    assert w["medium"] == pytest.approx(0.94 * math.exp(-2.5) / z + 0.02)
+    assert sum(w.values()) == pytest.approx(1.0)
+    with pytest.raises(RuntimeError, match="needs the groups of step 2"):
+        s.weights(4, 100)
+
+
+def test_bandit_only_probes_a_bucket_whose_groups_are_all_flat():
+    """Medium groups never have spread (the policy never solves one): after a few probes the
+    bandit draws medium and hard at about the exploration floor (2% each), easy the rest."""
+    sampler = CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial={"easy": 0.5, "medium": 0.5, "hard": 0.5}),
+                                     600, seed=1)
+    batches, _ = _drive(sampler, [0.5], 600, informative={"easy": 0.6, "medium": 0.0, "hard": 0.0})
+    late = [b[0] // 100 for b in batches[100:]]  # 0 easy, 1 medium, 2 hard
+    assert late.count(1) + late.count(2) <= 0.08 * len(late)  # floor 4% + the softmax's 2 x 0.25%
+    early = [b[0] // 100 for b in batches[:10]]
+    assert 1 in early or 2 in early  # equal initial values: every bucket is tried at first
+
+
+def test_bandit_moves_to_the_bucket_that_teaches():
+    """Easy saturates (few groups with spread), medium has spread: the draw shifts to medium."""
+    sampler = CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial={"easy": 0.5}), 400, seed=2)
+    batches, _ = _drive(sampler, [0.5], 400, informative={"easy": 0.1, "medium": 0.6, "hard": 0.0})
+    late = [b[0] // 100 for b in batches[200:]]
+    assert late.count(1) >= 0.85 * len(late)
+
+
+def test_bandit_resume_yields_exactly_the_uninterrupted_batches():
+    def make():
+        return CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial={"easy": 0.5, "medium": 0.4}), 60, seed=4)
+    shares = {"easy": 0.3, "medium": 0.5, "hard": 0.1}
+    full, state = _drive(make(), [0.5], 60, state_at=25, informative=shares)
+    assert len({b[0] // 100 for b in full}) > 1
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail, _ = _drive(resumed, [0.5], 35, informative=shares)
+    assert tail == full[25:]
+
+
+def test_bandit_rejects_bad_values():
+    with pytest.raises(ValueError, match="curriculum.initial: unknown bucket 'easyy'"):
+        BanditSchedule(initial={"easyy": 0.5})
+    with pytest.raises(ValueError, match="curriculum.explore must be in"):
+        BanditSchedule(initial={"easy": 0.5}, explore=0.0)
+    with pytest.raises(ValueError, match="curriculum.temperature must be > 0"):
+        BanditSchedule(initial={"easy": 0.5}, temperature=0.0)

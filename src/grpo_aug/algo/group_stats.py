@@ -62,6 +62,14 @@ def counted_mean(rewards: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
     return torch.where(counted, rewards.to(torch.float64), 0.0).sum() / n.clamp(min=1)
 
 
+def informative_share(rewards: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    """Share of the groups with a defined std whose counted rewards differ; 0 when none has a std."""
+    stats = group_stats(rewards, counted)
+    has = stats.has_std
+    return stats.informative[has].to(torch.float64).mean() if bool(has.any()) else torch.zeros(
+        (), dtype=torch.float64, device=has.device)
+
+
 def length_quantiles(lengths: torch.Tensor) -> tuple[float, float, float]:
     """p10, p50, p90 of completion lengths (linear interpolation)."""
     q = torch.quantile(lengths.float(), torch.tensor([0.1, 0.5, 0.9], device=lengths.device)).tolist()

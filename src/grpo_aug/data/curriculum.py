@@ -9,7 +9,13 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               two buckets around it. Step k's weights use the difficulty after step k - 2's reward:
               Lightning fetches step k's batch while step k - 1 is still running, and a fixed lag
               makes a resumed run draw exactly the batches an uninterrupted one would.
-Every schedule has observe(step, reward) (a no-op unless adaptive) and state_dict/load_state_dict.
+    bandit    (Self-Evolving-Curriculum-like) each bucket's value is a running mean of the share of
+              its groups that came out with reward spread, the groups that teach; buckets are drawn
+              by softmax(value / temperature) with an exploration floor, so a bucket where every
+              group is flat (always solved, or never) is only probed. Same two-step lag.
+Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit;
+`reward` is the step's mean reward, `informative` its share of groups with reward spread, both
+averaged over ranks) and state_dict/load_state_dict.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
 
 
 class _Stateless:
-    def observe(self, step: int, reward: float) -> None:
+    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
         pass
 
     def state_dict(self) -> dict:
@@ -132,7 +138,7 @@ class AdaptiveSchedule:
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         return difficulty_weights(self.difficulty_for(step))
 
-    def observe(self, step: int, reward: float) -> None:
+    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
         before = self.after.get(step - 1, self.initial)
         moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
         self.after[step] = min(max(moved, 0.0), len(BUCKETS) - 1.0)
@@ -147,3 +153,59 @@ class AdaptiveSchedule:
 
     def load_state_dict(self, state: dict) -> None:
         self.after = {int(k): float(v) for k, v in state["after"].items()}
+
+
+class BanditSchedule:
+    """value[b] <- value[b] + rate * (informative - value[b]) for the bucket b a step drew;
+    weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets)."""
+
+    LAG = AdaptiveSchedule.LAG
+
+    def __init__(self, initial: Mapping[str, float], temperature: float = 0.1, rate: float = 0.2,
+                 explore: float = 0.06) -> None:
+        for name, v in initial.items():
+            if name not in BUCKETS:
+                raise ValueError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
+            if not 0 <= v <= 1:
+                raise ValueError(f"curriculum.initial.{name} must be in [0, 1] (a share of groups), got {v}")
+        if temperature <= 0:
+            raise ValueError(f"curriculum.temperature must be > 0, got {temperature}")
+        if not 0 < rate <= 1:
+            raise ValueError(f"curriculum.rate must be in (0, 1], got {rate}")
+        if not 0 < explore <= 1:
+            raise ValueError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
+                             f"got {explore}")
+        self.initial = {b: float(initial.get(b, 0.0)) for b in BUCKETS}
+        self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)
+        self.after: dict[int, dict[str, float]] = {}  # step -> bucket values after observing that step
+
+    def values_for(self, step: int) -> dict[str, float]:
+        source = step - self.LAG
+        if source < 0:
+            return dict(self.initial)
+        if source not in self.after:
+            raise RuntimeError(f"curriculum: step {step} needs the groups of step {source}, not observed yet")
+        return dict(self.after[source])
+
+    def weights(self, step: int, total_steps: int) -> dict[str, float]:
+        values = self.values_for(step)
+        top = max(values.values())
+        exp = {b: math.exp((v - top) / self.temperature) for b, v in values.items()}
+        total = sum(exp.values())
+        return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
+
+    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
+        values = dict(self.after.get(step - 1, self.initial))
+        values[bucket] += self.rate * (informative - values[bucket])
+        self.after[step] = values
+        for old in [s for s in self.after if s < step - self.LAG]:
+            del self.after[old]  # only the last LAG + 1 values are ever read
+
+    def buckets_used(self) -> dict[str, str]:
+        return {b: "curriculum (bandit: any bucket)" for b in BUCKETS}
+
+    def state_dict(self) -> dict:
+        return {"after": {k: dict(v) for k, v in self.after.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.after = {int(k): {b: float(x) for b, x in v.items()} for k, v in state["after"].items()}
