@@ -2,7 +2,7 @@
 seconds and rollout tokens, every arm on the same seeds, run one after another (prints JSON, then
 a markdown table).
 
-    python benchmarks/sample_efficiency.py                      # every arm, seeds 0 1 2 (~1 h on 2 cores)
+    python benchmarks/sample_efficiency.py                      # every arm, seeds 0 1 2 (~1.7 h on 2 cores)
     python benchmarks/sample_efficiency.py --arms plain default --seeds 0
 
 Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
@@ -12,6 +12,10 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
     history   + online + rollout/selector=history
     learned   + online + rollout/selector=learned
     learned_os2  + online + learned + rollout.oversample=2
+    bandit    + curriculum=bandit (buckets drawn by their share of groups with reward spread)
+    bandit_history  + bandit + rollout/selector=history
+    bandit_learned  + bandit + rollout/selector=learned
+    bandit_learned_os2  + bandit + learned + rollout.oversample=2
 Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
 training seconds (wall time since the step-0 evaluation) and rollout tokens at each, the final
 accuracy (mean of the last 3 evaluations), the slip (peak minus final), rollout/flat_rows_frac
@@ -37,6 +41,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from grpo_aug.eventlog import read_events  # noqa: E402
 
 ONLINE = ["data/difficulty=online"]
+BANDIT = ["curriculum=bandit"]
 ARMS = {
     "plain": ["rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
     "default": [],
@@ -44,6 +49,10 @@ ARMS = {
     "history": [*ONLINE, "rollout/selector=history"],
     "learned": [*ONLINE, "rollout/selector=learned"],
     "learned_os2": [*ONLINE, "rollout/selector=learned", "rollout.oversample=2"],
+    "bandit": BANDIT,
+    "bandit_history": [*BANDIT, "rollout/selector=history"],
+    "bandit_learned": [*BANDIT, "rollout/selector=learned"],
+    "bandit_learned_os2": [*BANDIT, "rollout/selector=learned", "rollout.oversample=2"],
 }
 
 

@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_aug.callbacks import SampleHealth
+from grpo_aug.callbacks import CurriculumMonitor, SampleHealth
 from grpo_aug.data.pass_rate import retier_by_pass_rate
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
@@ -75,6 +75,10 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     answer = instantiate(cfg.answer, _convert_="all")
     schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if (cfg.get("mode", "train") == "train" and getattr(schedule, "LAG", None) is not None
+            and not any(isinstance(c, CurriculumMonitor) for c in callbacks)):
+        raise ValueError(f"curriculum {cfg.curriculum._target_} moves with each step's groups, which "
+                         "callbacks.curriculum (grpo_aug.callbacks.CurriculumMonitor) feeds it: add it back")
     for callback in callbacks:
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
