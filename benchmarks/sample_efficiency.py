@@ -2,7 +2,7 @@
 seconds and rollout tokens, every arm on the same seeds, run one after another (prints JSON, then
 a markdown table).
 
-    python benchmarks/sample_efficiency.py                      # every arm, seeds 0 1 2 (~1.7 h on 2 cores)
+    python benchmarks/sample_efficiency.py                      # every arm, seeds 0 1 2 (~2 h on 2 cores)
     python benchmarks/sample_efficiency.py --arms plain default --seeds 0
 
 Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
