@@ -75,7 +75,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     answer = instantiate(cfg.answer, _convert_="all")
     schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    if (cfg.get("mode", "train") == "train" and getattr(schedule, "LAG", None) is not None
+    if (cfg.get("mode", "train") == "train" and getattr(schedule, "needs_observations", False)
             and not any(isinstance(c, CurriculumMonitor) for c in callbacks)):
         raise ValueError(f"curriculum {cfg.curriculum._target_} moves with each step's groups, which "
                          "callbacks.curriculum (grpo_aug.callbacks.CurriculumMonitor) feeds it: add it back")

@@ -13,9 +13,9 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               its groups that came out with reward spread, the groups that teach; buckets are drawn
               by softmax(value / temperature) with an exploration floor, so a bucket where every
               group is flat (always solved, or never) is only probed. Same two-step lag.
-Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit;
-`reward` is the step's mean reward, `informative` its share of groups with reward spread, both
-averaged over ranks) and state_dict/load_state_dict.
+Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit,
+whose `needs_observations` is true; `reward` is the step's mean reward, `informative` its share of
+groups with reward spread, both averaged over ranks) and state_dict/load_state_dict.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
 
 
 class _Stateless:
+    needs_observations = False
+
     def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
         pass
 
@@ -109,10 +111,50 @@ def difficulty_weights(difficulty: float) -> dict[str, float]:
     return weights
 
 
-class AdaptiveSchedule:
-    """difficulty <- clip(difficulty + step_size * tanh(sharpness * (reward - target_success)), 0, 2)."""
+class _Lagged:
+    """State that moves with each step's groups; step k reads the state after step k - LAG.
+
+    Subclasses keep `initial` (the state before any step) and turn one observation into the next
+    state in `_next(before, bucket, reward, informative)`. States must be plain floats or dicts."""
 
     LAG = 2
+    needs_observations = True
+    what = "groups"
+
+    def __init__(self, initial) -> None:
+        self.initial = initial
+        self.after: dict[int, object] = {}  # step -> state after observing that step
+
+    def state_for(self, step: int):
+        source = step - self.LAG
+        if source < 0:
+            return self.initial
+        if source not in self.after:
+            raise RuntimeError(f"curriculum: step {step} needs the {self.what} of step {source}, not observed yet")
+        return self.after[source]
+
+    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
+        self.after[step] = self._next(self.after.get(step - 1, self.initial), bucket, reward, informative)
+        for old in [s for s in self.after if s < step - self.LAG]:
+            del self.after[old]  # only the last LAG + 1 states are ever read
+
+    def _next(self, before, bucket: str, reward: float, informative: float):
+        raise NotImplementedError
+
+    def buckets_used(self) -> dict[str, str]:
+        return {b: f"curriculum ({type(self).__name__}: any bucket)" for b in BUCKETS}
+
+    def state_dict(self) -> dict:
+        return {"after": dict(self.after)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.after = {int(k): v for k, v in state["after"].items()}
+
+
+class AdaptiveSchedule(_Lagged):
+    """difficulty <- clip(difficulty + step_size * tanh(sharpness * (reward - target_success)), 0, 2)."""
+
+    what = "reward"
 
     def __init__(self, target_success: float = 0.5, step_size: float = 0.05, sharpness: float = 5.0,
                  initial: float = 0.0) -> None:
@@ -123,43 +165,26 @@ class AdaptiveSchedule:
                              f"{sharpness}")
         if not 0 <= initial <= len(BUCKETS) - 1:
             raise ValueError(f"curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
+        super().__init__(float(initial))
         self.target_success, self.step_size, self.sharpness = target_success, step_size, sharpness
-        self.initial = float(initial)
-        self.after: dict[int, float] = {}  # step -> difficulty after observing that step's reward
 
     def difficulty_for(self, step: int) -> float:
-        source = step - self.LAG
-        if source < 0:
-            return self.initial
-        if source not in self.after:
-            raise RuntimeError(f"curriculum: step {step} needs the reward of step {source}, not observed yet")
-        return self.after[source]
+        return self.state_for(step)
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         return difficulty_weights(self.difficulty_for(step))
 
-    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
-        before = self.after.get(step - 1, self.initial)
+    def _next(self, before: float, bucket: str, reward: float, informative: float) -> float:
         moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
-        self.after[step] = min(max(moved, 0.0), len(BUCKETS) - 1.0)
-        for old in [s for s in self.after if s < step - self.LAG]:
-            del self.after[old]  # only the last LAG + 1 values are ever read
-
-    def buckets_used(self) -> dict[str, str]:
-        return {b: "curriculum (adaptive: any bucket)" for b in BUCKETS}
-
-    def state_dict(self) -> dict:
-        return {"after": dict(self.after)}
+        return min(max(moved, 0.0), len(BUCKETS) - 1.0)
 
     def load_state_dict(self, state: dict) -> None:
         self.after = {int(k): float(v) for k, v in state["after"].items()}
 
 
-class BanditSchedule:
+class BanditSchedule(_Lagged):
     """value[b] <- value[b] + rate * (informative - value[b]) for the bucket b a step drew;
     weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets)."""
-
-    LAG = AdaptiveSchedule.LAG
 
     def __init__(self, initial: Mapping[str, float], temperature: float = 0.1, rate: float = 0.2,
                  explore: float = 0.06) -> None:
@@ -175,17 +200,11 @@ class BanditSchedule:
         if not 0 < explore <= 1:
             raise ValueError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
                              f"got {explore}")
-        self.initial = {b: float(initial.get(b, 0.0)) for b in BUCKETS}
+        super().__init__({b: float(initial.get(b, 0.0)) for b in BUCKETS})
         self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)
-        self.after: dict[int, dict[str, float]] = {}  # step -> bucket values after observing that step
 
     def values_for(self, step: int) -> dict[str, float]:
-        source = step - self.LAG
-        if source < 0:
-            return dict(self.initial)
-        if source not in self.after:
-            raise RuntimeError(f"curriculum: step {step} needs the groups of step {source}, not observed yet")
-        return dict(self.after[source])
+        return dict(self.state_for(step))
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         values = self.values_for(step)
@@ -194,18 +213,10 @@ class BanditSchedule:
         total = sum(exp.values())
         return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
 
-    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
-        values = dict(self.after.get(step - 1, self.initial))
+    def _next(self, before: dict[str, float], bucket: str, reward: float, informative: float) -> dict[str, float]:
+        values = dict(before)
         values[bucket] += self.rate * (informative - values[bucket])
-        self.after[step] = values
-        for old in [s for s in self.after if s < step - self.LAG]:
-            del self.after[old]  # only the last LAG + 1 values are ever read
-
-    def buckets_used(self) -> dict[str, str]:
-        return {b: "curriculum (bandit: any bucket)" for b in BUCKETS}
-
-    def state_dict(self) -> dict:
-        return {"after": {k: dict(v) for k, v in self.after.items()}}
+        return values
 
     def load_state_dict(self, state: dict) -> None:
         self.after = {int(k): {b: float(x) for b, x in v.items()} for k, v in state["after"].items()}
