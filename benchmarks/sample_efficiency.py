@@ -6,16 +6,18 @@ a markdown table).
     python benchmarks/sample_efficiency.py --arms plain default --seeds 0
 
 Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
-    plain     plain GRPO: one temperature 1.0, flat groups kept (no zero-std filter), no selector
-    default   the current default recipe
-    online    + data/difficulty=online
-    history   + online + rollout/selector=history
-    learned   + online + rollout/selector=learned
-    learned_os2  + online + learned + rollout.oversample=2
-    bandit    + curriculum=bandit (buckets drawn by their share of groups with reward spread)
-    bandit_history  + bandit + rollout/selector=history
-    bandit_learned  + bandit + rollout/selector=learned
-    bandit_learned_os2  + bandit + learned + rollout.oversample=2
+    plain     plain GRPO: one temperature 1.0, flat groups kept (no zero-std filter), no selector,
+              the adaptive curriculum
+    adaptive  the temperature ladder and zero-std filter with the adaptive curriculum, no selector
+              (the default until 2026-12-01)
+    online    adaptive + data/difficulty=online
+    history   online + rollout/selector=history
+    learned   online + rollout/selector=learned
+    learned_os2  online + learned + rollout.oversample=2
+    bandit    curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
+    bandit_history  bandit + rollout/selector=history
+    default   the current default: bandit + rollout/selector=learned
+    default_os2  default + rollout.oversample=2
 Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
 training seconds (wall time since the step-0 evaluation) and rollout tokens at each, the final
 accuracy (mean of the last 3 evaluations), the slip (peak minus final), rollout/flat_rows_frac
@@ -40,19 +42,20 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from grpo_aug.eventlog import read_events  # noqa: E402
 
-ONLINE = ["data/difficulty=online"]
-BANDIT = ["curriculum=bandit"]
+NO_SELECTOR = ["rollout/selector=none"]
+ADAPTIVE = ["curriculum=adaptive"]
+ONLINE = [*ADAPTIVE, "data/difficulty=online"]
 ARMS = {
-    "plain": ["rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
-    "default": [],
-    "online": ONLINE,
+    "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
+    "adaptive": [*ADAPTIVE, *NO_SELECTOR],
+    "online": [*ONLINE, *NO_SELECTOR],
     "history": [*ONLINE, "rollout/selector=history"],
-    "learned": [*ONLINE, "rollout/selector=learned"],
-    "learned_os2": [*ONLINE, "rollout/selector=learned", "rollout.oversample=2"],
-    "bandit": BANDIT,
-    "bandit_history": [*BANDIT, "rollout/selector=history"],
-    "bandit_learned": [*BANDIT, "rollout/selector=learned"],
-    "bandit_learned_os2": [*BANDIT, "rollout/selector=learned", "rollout.oversample=2"],
+    "learned": ONLINE,
+    "learned_os2": [*ONLINE, "rollout.oversample=2"],
+    "bandit": NO_SELECTOR,
+    "bandit_history": ["rollout/selector=history"],
+    "default": [],
+    "default_os2": ["rollout.oversample=2"],
 }
 
 
