@@ -16,7 +16,8 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
     learned_os2  online + learned + rollout.oversample=2
     bandit    curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
     bandit_history  bandit + rollout/selector=history
-    default   the current default: bandit + rollout/selector=learned
+    bandit_learned  bandit + rollout/selector=learned (the default since 2026-12-01)
+    default   the current default, whatever it is
     default_os2  default + rollout.oversample=2
 Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
 training seconds (wall time since the step-0 evaluation) and rollout tokens at each, the final
@@ -42,18 +43,23 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from grpo_aug.eventlog import read_events  # noqa: E402
 
-NO_SELECTOR = ["rollout/selector=none"]
+# every arm but `default` names its curriculum and selector, so that it keeps its meaning when the
+# defaults move
 ADAPTIVE = ["curriculum=adaptive"]
+BANDIT = ["curriculum=bandit"]
+NO_SELECTOR = ["rollout/selector=none"]
+LEARNED = ["rollout/selector=learned"]
 ONLINE = [*ADAPTIVE, "data/difficulty=online"]
 ARMS = {
     "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
     "adaptive": [*ADAPTIVE, *NO_SELECTOR],
     "online": [*ONLINE, *NO_SELECTOR],
     "history": [*ONLINE, "rollout/selector=history"],
-    "learned": ONLINE,
-    "learned_os2": [*ONLINE, "rollout.oversample=2"],
-    "bandit": NO_SELECTOR,
-    "bandit_history": ["rollout/selector=history"],
+    "learned": [*ONLINE, *LEARNED],
+    "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2"],
+    "bandit": [*BANDIT, *NO_SELECTOR],
+    "bandit_history": [*BANDIT, "rollout/selector=history"],
+    "bandit_learned": [*BANDIT, *LEARNED],
     "default": [],
     "default_os2": ["rollout.oversample=2"],
 }

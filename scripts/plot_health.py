@@ -47,7 +47,7 @@ def main(run: Path, png: Path) -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         raise SystemExit(__doc__)
     run_dir = Path(sys.argv[1])
     print(main(run_dir, Path(sys.argv[2]) if len(sys.argv) > 2 else run_dir / "health.png"))
