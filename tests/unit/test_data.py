@@ -48,6 +48,20 @@ def test_synthetic_solutions_compute_the_question():
         assert acc == int(r.answer)
 
 
+
+def test_synthetic_tiers_use_their_operations_and_operand_ranges():
+    seen = {b: set() for b in ("easy", "medium", "hard")}
+    for r in SyntheticArithmetic(size_per_bucket=300, seed=1).load():
+        steps = STEP.findall(r.solution)
+        for i, (_, op, b, _, _) in enumerate(steps):
+            seen[r.bucket].add(op)
+            if r.bucket in ("easy", "medium"):
+                assert 0 <= int(b) <= 9, (r.question, i)  # every later operand is a single digit
+            elif op == "*":
+                assert 2 <= int(b) <= 9, r.question
+            else:
+                assert 0 <= int(b) <= 99, r.question
+    assert seen == {"easy": {"+"}, "medium": {"+", "-"}, "hard": {"+", "-", "*"}}
 @pytest.mark.skipif(GSM8K is None, reason="GSM8K train.jsonl not found (set GRPO_AUG_GSM8K)")
 def test_gsm8k_real_file_parses_and_tiers():
     records = read_gsm8k(GSM8K, "Question: {question}\nAnswer: ")

@@ -70,8 +70,10 @@ def test_every_synthetic_variant_checks_out_independently():
     for i, rec in enumerate(records):
         try:
             v = RoleReversal()(rec, random.Random(i))
-        except VariantFailed as err:  # the starting number occurs twice, e.g. "What is 5 + 5?"
-            assert "twice" in str(err) or "exactly once" in str(err)
+        except VariantFailed as err:
+            # the starting number occurs twice ("What is 5 + 5?"), or a step adds the previous
+            # result to itself ("1 + 5 + 6": which 6 is carried is ambiguous)
+            assert "twice" in str(err) or "exactly once" in str(err) or "not a path" in str(err)
         else:
             made["reversal"] += 1
             # put the answer back for X: the original question's value must be the stated result
@@ -84,7 +86,9 @@ def test_every_synthetic_variant_checks_out_independently():
         made["constraint"] += 1
         assert _expression_value(c.question) == int(c.answer) != int(rec.answer)
         assert c.solution.endswith(f"#### {c.answer}") and rec.bucket != "easy"
-    assert made["reversal"] > 170 and made["constraint"] > 40  # of 180 and 120 multi-step
+    # reversals of all 180; constraint changes of the 60 hard problems only: reordering a chain of
+    # additions and subtractions (all of medium) keeps its answer
+    assert made["reversal"] > 170 and made["constraint"] > 30
 
 
 def test_constraint_change_by_hand_and_not_for_gsm8k():

@@ -1,8 +1,12 @@
 """Synthetic arithmetic with difficulty by construction: 1, 2 or 3 calculator steps.
 
 easy   "What is 47 + 8?"             one addition of a single digit: <<47+8=55>>55 #### 55
-medium "What is 47 + 38 - 9?"        two steps
-hard   "What is (47 + 38) * 3 - 12?" three steps (multiplications are by 2..9)
+medium "What is 47 + 8 - 5?"         two steps, each adding or subtracting a single digit
+hard   "What is (47 + 38) * 3 - 12?" three steps, operands up to max_operand, multiplications by 2..9
+Medium composes the easy skill (plus subtraction), so a small model warmed up on easy and medium
+problems is sometimes right on both: the default tiny model starts near 0.2 on medium and GRPO
+has groups with spread beyond the easy tier. Hard stays out of its reach, the data a curriculum
+and a prompt selector have to learn to leave alone.
 Results are never negative; generation is deterministic by seed.
 """
 
@@ -12,20 +16,22 @@ import random
 
 from grpo_aug.data.records import BUCKETS, Prompt
 
-_STEPS = {"easy": 1, "medium": 2, "hard": 3}
+# bucket: (calculator steps, operations, largest operand after the first; None: max_operand)
+_TIERS = {"easy": (1, "+", 9), "medium": (2, "+-", 9), "hard": (3, "+-*", None)}
 
 
 def _apply(op: str, a: int, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
-def _problem(rng: random.Random, steps: int, max_operand: int) -> tuple[str, list[str], int]:
-    second_max = 9 if steps == 1 else max_operand
+def _problem(rng: random.Random, bucket: str, max_operand: int) -> tuple[str, list[str], int]:
+    steps, ops, second_max = _TIERS[bucket]
+    second_max = max_operand if second_max is None else second_max
     value = rng.randint(0, max_operand)
     expression = str(value)
     lines = []
     for _ in range(steps):
-        op = rng.choice("+-*") if steps > 1 else "+"
+        op = rng.choice(ops) if len(ops) > 1 else ops  # easy draws no operation: its problems stay as before
         b = rng.randint(2, 9) if op == "*" else rng.randint(0, second_max)
         if op == "-" and b > value:  # keep every intermediate result non-negative
             op = "+"
@@ -63,7 +69,7 @@ class SyntheticArithmetic:
                         f"data.source: cannot make {self.size_per_bucket} distinct {bucket} problems "
                         f"with max_operand={self.max_operand}"
                     )
-                expression, lines, answer = _problem(rng, _STEPS[bucket], self.max_operand)
+                expression, lines, answer = _problem(rng, bucket, self.max_operand)
                 question = f"What is {expression}?"
                 if question in seen:
                     continue
