@@ -113,3 +113,22 @@ def test_unknown_model_path_is_named(tmp_path):
     cfg = compose_cfg(tmp_path, ["debug=fast", "model=hf", "model.name_or_path=/no/such/model"])
     with pytest.raises(ValueError, match=r"model.name_or_path=./no/such/model.: cannot load a tokenizer"):
         build_parts(cfg)
+
+
+def test_the_default_budget_fits_every_easy_and_medium_solution(tmp_path):
+    """A completion cut before its '#### N' line is scored by its last number: a budget that does
+    not fit the reference solutions trains on truncated text and reports it as right or wrong by
+    where the cut falls."""
+    from grpo_aug.data.synthetic import SyntheticArithmetic
+    from grpo_aug.models.tiny import build_char_tokenizer
+
+    budget = compose_cfg(tmp_path, []).rollout.max_new_tokens
+    tokenizer = build_char_tokenizer()
+    longest = 0
+    for r in SyntheticArithmetic(seed=0).load():
+        if r.bucket == "hard":  # out of the tiny model's reach by design
+            continue
+        n = len(tokenizer(r.solution, add_special_tokens=False).input_ids)
+        assert n == len(r.solution)  # one token per character
+        longest = max(longest, n + 1)  # + EOS
+    assert 40 <= longest <= budget, (longest, budget)
