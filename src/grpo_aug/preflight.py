@@ -160,6 +160,20 @@ def run_checks(samples: Samples, aucs, s: PreflightSettings) -> list[Check]:
     ]
 
 
+def bucket_breakdown(samples: Samples) -> str:
+    """Per bucket: groups with a std, and the zero-std share among them. A bucket the curriculum
+    only probes (all flat, always wrong or always right) shows here, apart from the ones it trains on."""
+    stats = group_stats(samples.rewards, samples.counted)
+    parts = []
+    for bucket in sorted({p.bucket for p in samples.prompts}):
+        mine = torch.tensor([p.bucket == bucket for p in samples.prompts]) & stats.has_std  # [N]
+        n = int(mine.sum())
+        if n:
+            flat = (~stats.informative[mine]).float().mean().item()
+            parts.append(f"{bucket} {flat:.2f} of {n} groups, mean reward {stats.mean[mine].mean().item():.2f}")
+    return "zero-std share by bucket: " + "; ".join(parts)
+
+
 def table(checks: list[Check]) -> str:
     width = max(len(c.name) for c in checks)
     lines = [f"{'#':<2} {'check':<{width}}  result  numbers"]
@@ -208,6 +222,7 @@ def preflight(cfg: DictConfig) -> int:
     print(f"preflight: {settings.batches} batches, {samples.rewards.shape[0]} prompts x G={samples.rewards.shape[1]} "
           f"(buckets: {', '.join(buckets)}), no training")
     print(table(checks))
+    print(bucket_breakdown(samples))
     failed = [c.name for c in checks if not c.passed]
     print(f"distributions: {png}")
     print("preflight FAILED: " + "; ".join(failed) if failed else "preflight passed")

@@ -7,6 +7,7 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.preflight import (
     PreflightSettings,
     Samples,
+    bucket_breakdown,
     cut_before_answer,
     discrimination,
     pair_auc,
@@ -75,3 +76,19 @@ def test_bad_preflight_settings():
         PreflightSettings(min_auc=1.5)
     with pytest.raises(ValueError, match="preflight.batches"):
         PreflightSettings(batches=0)
+
+
+def test_bucket_breakdown_by_hand():
+    def prompt(bucket):
+        return Prompt("x", "q", "p", "1", "<<0+1=1>>1\n#### 1", bucket)
+
+    rewards = torch.tensor([[1.0, 1.0, 0.0, 0.0],   # easy, spread, mean 0.5
+                            [1.0, 1.0, 1.0, 1.0],   # easy, flat, mean 1
+                            [0.0, 0.0, 0.0, 0.0],   # hard, flat
+                            [1.0, 0.0, 0.0, 0.0]])  # hard, but one counted row: no std, left out
+    counted = torch.ones(4, 4, dtype=torch.bool)
+    counted[3, 1:] = False
+    samples = Samples(rewards, counted, torch.full((16,), 5.0), torch.zeros(16, dtype=torch.bool),
+                      [prompt("easy"), prompt("easy"), prompt("hard"), prompt("hard")])
+    assert bucket_breakdown(samples) == ("zero-std share by bucket: easy 0.50 of 2 groups, mean reward 0.75; "
+                                         "hard 1.00 of 1 groups, mean reward 0.00")
