@@ -237,12 +237,17 @@ def test_preflight_passes_on_varied_groups_and_fails_when_greedy(tmp_path):
 
 
 @pytest.mark.slow
-def test_default_run_learns_on_easy(tmp_path):
-    """The acceptance run: `python train.py` with no overrides; GRPO lifts easy held-out accuracy."""
+def test_default_run_learns_on_easy_and_medium(tmp_path):
+    """The acceptance run: `python train.py` with no overrides; GRPO lifts easy held-out accuracy,
+    and medium's too (seed 0 measured +0.61 and +0.13; seeds 1 and 2 +0.44 and +0.39 on medium,
+    docs/default-run.md: seed 0 is the slow one on medium, hence the lower bar)."""
     result = run_train(tmp_path, [], timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
-    easy = sorted(read_scalars(tmp_path / "run")["eval/accuracy/easy"])
+    scalars = read_scalars(tmp_path / "run")
+    easy = sorted(scalars["eval/accuracy/easy"])
+    medium = sorted(scalars["eval/accuracy/medium"])
     before = easy[0]
-    assert before[0] == 0
+    assert before[0] == 0 and medium[0][0] == 0
     after = sum(v for _, v in easy[-3:]) / 3
     assert after - before[1] >= 0.30, easy
+    assert sum(v for _, v in medium[-3:]) / 3 - medium[0][1] >= 0.05, medium
