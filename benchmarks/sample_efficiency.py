@@ -22,8 +22,8 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
 Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
 training seconds (wall time since the step-0 evaluation) and rollout tokens at each, the final
 accuracy (mean of the last 3 evaluations), the slip (peak minus final), rollout/flat_rows_frac
-after the first evaluation interval, and the seconds to reach the plain arm's final easy accuracy
-of the same seed.
+after the first evaluation interval, and the seconds to reach the plain arm's final easy (and
+medium) accuracy of the same seed.
 """
 
 from __future__ import annotations
@@ -97,18 +97,19 @@ def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dic
     }
 
 
-def reach(run: dict, target: float) -> float | None:
+def reach(run: dict, target: float, bucket: str = "easy") -> float | None:
     """Training seconds at the first evaluation at or above `target` (None: never)."""
-    return next((s for s, a in zip(run["seconds"], run["easy"], strict=True) if a >= target), None)
+    return next((s for s, a in zip(run["seconds"], run[bucket], strict=True) if a >= target), None)
 
 
 def table(results: dict, seeds: list[int]) -> str:
     lines = ["| arm | easy final (per seed) | gain | slip (max) | medium final | flat_rows_frac | "
-             "s to plain's final (x plain's s) | tokens to it (x plain's) |", "|---|---|---|---|---|---|---|---|"]
+             "s to plain's final (x plain's s) | tokens to it (x plain's) | s to plain's medium final (x) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for arm, runs in results.items():
         finals = [runs[s]["final_easy"] for s in seeds]
         gains = [runs[s]["final_easy"] - runs[s]["easy"][0] for s in seeds]
-        ratios, token_ratios = [], []
+        ratios, token_ratios, medium_ratios = [], [], []
         for s in seeds:
             plain = results.get("plain", {}).get(s)
             if plain is None:
@@ -117,17 +118,20 @@ def table(results: dict, seeds: list[int]) -> str:
             if at is None:
                 ratios.append("never")
                 token_ratios.append("never")
-                continue
-            i = runs[s]["seconds"].index(at)
-            ratios.append(f"{at / plain['seconds'][-1]:.2f}")
-            token_ratios.append(f"{runs[s]['tokens'][i] / max(plain['tokens'][-1], 1):.2f}")
+            else:
+                i = runs[s]["seconds"].index(at)
+                ratios.append(f"{at / plain['seconds'][-1]:.2f}")
+                token_ratios.append(f"{runs[s]['tokens'][i] / max(plain['tokens'][-1], 1):.2f}")
+            at_medium = reach(runs[s], plain["final_medium"], "medium")
+            medium_ratios.append("never" if at_medium is None else f"{at_medium / plain['seconds'][-1]:.2f}")
         mediums = [runs[s]["final_medium"] for s in seeds]
         flats = [runs[s]["flat_rows_frac"] for s in seeds if runs[s]["flat_rows_frac"] is not None]
         lines.append(
             f"| {arm} | {' / '.join(f'{f:.3f}' for f in finals)} | {' / '.join(f'{g:+.2f}' for g in gains)} | "
             f"{max(runs[s]['slip'] for s in seeds):.3f} | "
             f"{' / '.join(f'{m:.3f}' for m in mediums)} | "
-            f"{' / '.join(f'{f:.2f}' for f in flats)} | {' / '.join(ratios)} | {' / '.join(token_ratios)} |")
+            f"{' / '.join(f'{f:.2f}' for f in flats)} | {' / '.join(ratios)} | {' / '.join(token_ratios)} | "
+            f"{' / '.join(medium_ratios)} |")
     return "\n".join(lines)
 
 
