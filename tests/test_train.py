@@ -221,13 +221,15 @@ def test_ddp_two_cpu_processes(tmp_path):
 
 @pytest.mark.slow
 def test_preflight_passes_on_varied_groups_and_fails_when_greedy(tmp_path):
-    # Not the default config: its 1,000-step warm-up starts confidently wrong, most first groups
-    # are flat (zero-std share ~0.8) and check 1 fails, although the run learns (docs/preflight.md).
-    # A 750-step warm-up on easy batches leaves groups with spread (zero-std share 0.19 when measured).
-    varied = ["model.warmup.steps=750", "curriculum=adaptive"]
+    # Not the default config: one of its 4 first batches is the bandit's exploratory hard batch
+    # (all flat) and the sloppy warm-up leaves 0.44 of the easy groups flat, so check 1 fails,
+    # although the run learns (docs/preflight.md). Starting on easy and sampling hotter leaves
+    # groups with spread (zero-std share 0.30 when measured, against the 0.5 limit).
+    varied = ["curriculum=adaptive", "rollout.temperatures=[1.5]"]
     ok = run_train(tmp_path / "a", ["mode=preflight", *varied], timeout=1200, cache=tmp_path / "cache")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     assert "preflight passed" in ok.stdout and ok.stdout.count("PASS") == 3, ok.stdout
+    assert "zero-std share by bucket: easy " in ok.stdout
     assert (tmp_path / "a" / "run" / "preflight.png").stat().st_size > 10_000
     greedy = run_train(tmp_path / "b", ["mode=preflight", *varied, "rollout.temperatures=[0.0]"],
                        cache=tmp_path / "cache")
