@@ -5,6 +5,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from grpo_aug.data.datamodule import PromptDataModule
+from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.models.tiny import build_char_tokenizer
 from grpo_aug.pipeline import build_parts, rollout_settings
 from helpers import compose_cfg
 
@@ -119,9 +121,6 @@ def test_the_default_budget_fits_every_easy_and_medium_solution(tmp_path):
     """A completion cut before its '#### N' line is scored by its last number: a budget that does
     not fit the reference solutions trains on truncated text and reports it as right or wrong by
     where the cut falls."""
-    from grpo_aug.data.synthetic import SyntheticArithmetic
-    from grpo_aug.models.tiny import build_char_tokenizer
-
     budget = compose_cfg(tmp_path, []).rollout.max_new_tokens
     tokenizer = build_char_tokenizer()
     longest = 0

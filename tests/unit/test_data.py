@@ -48,7 +48,6 @@ def test_synthetic_solutions_compute_the_question():
         assert acc == int(r.answer)
 
 
-
 def test_synthetic_tiers_use_their_operations_and_operand_ranges():
     seen = {b: set() for b in ("easy", "medium", "hard")}
     for r in SyntheticArithmetic(size_per_bucket=300, seed=1).load():
@@ -62,6 +61,8 @@ def test_synthetic_tiers_use_their_operations_and_operand_ranges():
             else:
                 assert 0 <= int(b) <= 99, r.question
     assert seen == {"easy": {"+"}, "medium": {"+", "-"}, "hard": {"+", "-", "*"}}
+
+
 @pytest.mark.skipif(GSM8K is None, reason="GSM8K train.jsonl not found (set GRPO_AUG_GSM8K)")
 def test_gsm8k_real_file_parses_and_tiers():
     records = read_gsm8k(GSM8K, "Question: {question}\nAnswer: ")
