@@ -8,7 +8,7 @@ import torch
 
 from grpo_aug.data.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.data.records import Prompt
-from grpo_aug.rollout.selection import Gathered, Picked, PromptSelection
+from grpo_aug.rollout.selection import Gathered, Picked, PromptSelection, RankedSelection
 from grpo_aug.rollout.selector import HistorySelector, LearnedSelector, NoSelector, features
 
 
@@ -53,7 +53,9 @@ def test_pick_skips_by_seeded_draws_and_replaces_from_the_bucket():
     expect_kept = [p.id for p in batch if random.Random(f"0-select-7-{p.id}").random() >= 0.875]
     assert [p.id for p in picked.prompts[: len(expect_kept)]] == expect_kept
     assert len(picked.prompts) == 8 and picked.skipped == 8 - len(expect_kept)
-    assert sel.pool.calls == [("easy", 8 - len(expect_kept), 1, "select")]  # fresh prompts have no streak
+    # spares for both rounds are drawn up front; the first ones replace the skips (no streak: kept)
+    assert sel.pool.calls == [("easy", 8 * 2, 1, "select")]
+    assert [p.id for p in picked.prompts[len(expect_kept):]] == [f"r{i}" for i in range(8 - len(expect_kept))]
     assert picked.considered == 8 + 8 - len(expect_kept)
     # another rank (another object, same history, same seed) decides the same for the same prompt
     assert _selection(HistorySelector(decay=0.5, explore=0.1), history).pick(batch, 7).prompts == picked.prompts
@@ -94,6 +96,76 @@ def test_learned_selector_one_sgd_step_by_hand():
     assert s.weights == pytest.approx([0.25 * v for v in x])
     z = sum(0.25 * v * v for v in x)
     assert s.flat_probability(100, "hard", None, 4) == pytest.approx(1 / (1 + math.exp(-z)))
+
+
+def test_a_likelihood_selector_scores_batch_and_spares_in_one_call_and_reads_the_scores():
+    batch = _prompts(4)
+    calls = []
+
+    def score(prompts):
+        calls.append([p.id for p in prompts])
+        return [-0.01 if p.id in ("p1", "p3") else -5.0 for p in prompts]  # p1, p3: reference near certain
+
+    class SkipCertain(LearnedSelector):
+        def flat_probability(self, length, bucket, record, step, reference=None):
+            return 1.0 if reference is not None and reference > -0.1 else 0.0
+
+    sel = _selection(SkipCertain(explore=1e-9), audit=0.0, max_rounds=1)
+    picked = sel.pick(batch, 2, score)
+    assert calls == [["p0", "p1", "p2", "p3", "r0", "r1", "r2", "r3"]]  # one forward per step
+    assert [p.id for p in picked.prompts] == ["p0", "p2", "r0", "r1"]
+    assert picked.references["r0"] == -5.0 and picked.skipped == 2
+    with pytest.raises(ValueError, match="likelihood"):
+        _selection(SkipCertain(explore=1e-9)).pick(batch, 2)
+    # the references reach the learner with the outcomes, on every rank alike
+    sampled = _Sampled(picked.prompts, ["A: 1", "A: 1"] * 4, [False, True, True, True])
+    seen = []
+    sel.selector.learn = lambda length, bucket, record, step, flat, reference=None: seen.append((flat, reference))
+    sel.observe(picked, sampled, 2, rows_per_group=2, gather=lambda x: [x])
+    assert seen == [(True, -5.0), (False, -5.0), (False, -5.0), (False, -5.0)]
+
+
+def test_rank_keeps_the_candidates_least_likely_flat_and_audits_a_share_of_the_slots():
+    batch = _prompts(4)
+    q = {"p0": 0.9, "p1": 0.2, "p2": 0.6, "p3": 0.05, "r0": 0.3, "r1": 0.9, "r2": 0.1, "r3": 0.45}
+
+    class ByHand(LearnedSelector):  # the flat probability is what the "likelihood" score hands over
+        def flat_probability(self, length, bucket, record, step, reference=None):
+            return reference
+
+    def score(prompts):
+        return [q[p.id] for p in prompts]
+
+    sel = RankedSelection(ByHand(), PromptHistory(), Pool(), audit=0.0, max_rounds=1)
+    picked = sel.pick(batch, 5, score)
+    # sorted by flat probability: p3 .05, r2 .1, p1 .2, r0 .3 fill the 4 slots; r3, p2, p0, r1 are left out
+    assert [p.id for p in picked.prompts] == ["p3", "r2", "p1", "r0"]
+    assert picked.skipped == 4 and picked.considered == 8 and not picked.audited
+    # none above max_flat: with only 0.05 and 0.1 allowed, the step trains on two groups
+    sel.max_flat = 0.15
+    assert [p.id for p in sel.pick(batch, 5, score).prompts] == ["p3", "r2"]
+    # audit 0.5 of 4 slots: 2 slots go to would-be skips drawn at random, the rest by rank
+    sel.max_flat, sel.audit = 0.5, 0.5
+    picked = sel.pick(batch, 5, score)
+    assert [p.id for p in picked.prompts[:2]] == ["p3", "r2"]
+    assert len(picked.audited) == 2 and picked.audited <= {"p1", "r0", "r3", "p2", "p0", "r1"}
+    assert {p.id for p in picked.prompts[2:]} == picked.audited
+    assert picked.skipped == 8 - 4
+
+
+def test_learned_selector_learns_flat_from_the_reference_likelihood_of_unseen_prompts():
+    s = LearnedSelector(lr=0.2, warmup_groups=50)
+    rng = random.Random(0)
+    # never rolled out (no history): only the policy's likelihood of the reference tells them apart;
+    # near-certain references and far-out-of-reach ones come out flat, the ones in between do not
+    cases = [(-0.02, 0.95), (-15.0, 0.95), (-1.5, 0.1)]  # (log p(reference), chance of a flat group)
+    for _ in range(1500):
+        reference, p_flat = rng.choice(cases)
+        s.learn(40, "medium", None, 3, flat=rng.random() < p_flat, reference=reference)
+    assert s.flat_probability(40, "medium", None, 3, -0.02) > 0.8
+    assert s.flat_probability(40, "medium", None, 3, -15.0) > 0.8
+    assert s.flat_probability(40, "medium", None, 3, -1.5) < 0.25
+    assert s.flat_probability(40, "medium", None, 3, None) != s.flat_probability(40, "medium", None, 3, -1.5)
 
 
 def test_learned_selector_learns_which_prompts_come_out_flat():

@@ -32,6 +32,7 @@ from grpo_aug.resume import gather_per_rank, rank_any, rank_mean
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
+from grpo_aug.rollout.likelihood import reference_logprobs
 from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.selection import PromptSelection
@@ -178,6 +179,12 @@ class GRPOModule(L.LightningModule):
         return {"report": step_report(step, updates, kl_mean, self.rollout_settings.group_size,
                                          self.rollout_settings.temperatures), "updates": updates}
 
+    def _reference_logprobs(self, prompts: list[Prompt]) -> list[float]:
+        """log p(reference solution | prompt) under the policy now, for the selector."""
+        texts = self.prompt_format([p.prompt for p in prompts])
+        return reference_logprobs(self.policy, self.tokenizer, texts, [p.solution for p in prompts],
+                                  self.rollout_settings.max_new_tokens)
+
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
@@ -187,7 +194,7 @@ class GRPOModule(L.LightningModule):
         # down-sampled to the max-variance G if configured), score and dedup them; with the
         # zero-std filter, refill rounds of fresh prompts while too few groups have spread
         rollout_step = self.global_step // a.updates_per_rollout  # the sampler's step
-        picked = self.selection.pick(batch, rollout_step)
+        picked = self.selection.pick(batch, rollout_step, self._reference_logprobs)
         self.sampler.engine.sync(self.policy, self.global_step)  # an external engine samples from these weights
         sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator)
         # every rank's outcomes update the history, the selector and the online buckets alike

@@ -7,9 +7,11 @@ selector for each candidate's flat probability and skips it with that probabilit
 
     none     never skips
     history  GRESO-style: flat probability 1 - decay^streak, from the prompt's flat streak alone
-    learned  a logistic regression on the prompt's bucket, length, smoothed pass rate, flat streak
-             and steps since last seen, trained online on every rolled-out group (no GPU, no
-             second network); it skips nothing until it has seen `warmup_groups` groups
+    learned  a logistic regression on the prompt's bucket, length, smoothed pass rate, flat streak,
+             steps since last seen and (with `likelihood`) the policy's log-probability of the
+             prompt's reference solution (rollout/likelihood.py), trained online on every
+             rolled-out group (no second network); it skips nothing until it has seen
+             `warmup_groups` groups
 
 Selectors are deterministic functions of the shared history and their own state, which every rank
 updates with the same gathered outcomes in the same order: every rank decides alike.
@@ -33,14 +35,23 @@ class _Selector:
     def active(self) -> bool:
         return True
 
-    def skip_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int) -> float:
-        return min(self.flat_probability(length, bucket, record, step), 1.0 - self.explore)
+    @property
+    def likelihood(self) -> bool:
+        """Whether candidates come with the policy's log-probability of their reference."""
+        return False
 
-    def flat_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int) -> float:
+    def skip_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int,
+                         reference: float | None = None) -> float:
+        return min(self.flat_probability(length, bucket, record, step, reference), 1.0 - self.explore)
+
+    def flat_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int,
+                         reference: float | None = None) -> float:
         raise NotImplementedError
 
-    def learn(self, length: int, bucket: str, record: PromptRecord | None, step: int, flat: bool) -> None:
-        """One rolled-out group's label; `record` is the history as it was when the prompt was chosen."""
+    def learn(self, length: int, bucket: str, record: PromptRecord | None, step: int, flat: bool,
+              reference: float | None = None) -> None:
+        """One rolled-out group's label; `record` is the history as it was when the prompt was chosen,
+        `reference` the log-probability of its reference solution then (None: not measured)."""
 
     def state_dict(self) -> dict:
         return {}
@@ -57,7 +68,7 @@ class NoSelector(_Selector):
     def active(self) -> bool:
         return False
 
-    def flat_probability(self, length, bucket, record, step) -> float:
+    def flat_probability(self, length, bucket, record, step, reference=None) -> float:
         return 0.0
 
 
@@ -70,17 +81,21 @@ class HistorySelector(_Selector):
             raise ValueError(f"rollout.selector.decay must be in [0, 1), got {decay}")
         self.decay = decay
 
-    def flat_probability(self, length, bucket, record, step) -> float:
+    def flat_probability(self, length, bucket, record, step, reference=None) -> float:
         if record is None or record.flat_streak == 0:
             return 0.0
         return 1.0 - self.decay**record.flat_streak
 
 
-def features(length: int, bucket: str, record: PromptRecord | None, step: int) -> list[float]:
-    """The learned selector's inputs, each roughly in [0, 1]."""
+def features(length: int, bucket: str, record: PromptRecord | None, step: int,
+             reference: float | None = None) -> list[float]:
+    """The learned selector's inputs, each roughly in [0, 1]; `reference` is log p(reference solution)."""
     seen = record is not None and record.attempts > 0
     rate = record.smoothed_pass if seen else 0.0
     since = step - record.last_seen if seen else 0
+    # the chance of sampling the reference word for word: near 1 for a prompt the policy has
+    # mastered (all right), near 0 both for one out of reach and for long references
+    certain = math.exp(min(reference, 0.0)) if reference is not None else 0.0
     return [
         1.0,  # bias
         *(float(bucket == b) for b in BUCKETS),
@@ -92,18 +107,24 @@ def features(length: int, bucket: str, record: PromptRecord | None, step: int) -
         float(seen and rate == 1.0),  # always solved so far
         min(record.flat_streak, 5) / 5.0 if seen else 0.0,
         math.log1p(since) / 5.0,
+        float(reference is not None),
+        certain,
+        4.0 * certain * (1.0 - certain),
+        max(reference, -20.0) / 20.0 if reference is not None else 0.0,  # how far out of reach
     ]
 
 
 class LearnedSelector(_Selector):
     """Online logistic regression (one SGD step per rolled-out group, L2-regularised)."""
 
-    def __init__(self, lr: float = 0.2, l2: float = 1e-4, warmup_groups: int = 64, explore: float = 0.1) -> None:
+    def __init__(self, lr: float = 0.2, l2: float = 1e-4, warmup_groups: int = 64, explore: float = 0.1,
+                 likelihood: bool = True) -> None:
         super().__init__(explore)
         if lr <= 0 or l2 < 0 or warmup_groups < 0:
             raise ValueError(f"rollout.selector needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
                              f"{warmup_groups}")
         self.lr, self.l2, self.warmup_groups = lr, l2, warmup_groups
+        self._likelihood = likelihood
         self.weights = [0.0] * len(features(0, BUCKETS[0], None, 0))
         self.seen = 0
 
@@ -112,13 +133,17 @@ class LearnedSelector(_Selector):
         z = min(max(z, -30.0), 30.0)
         return 1.0 / (1.0 + math.exp(-z))
 
-    def flat_probability(self, length, bucket, record, step) -> float:
+    @property
+    def likelihood(self) -> bool:
+        return self._likelihood
+
+    def flat_probability(self, length, bucket, record, step, reference=None) -> float:
         if self.seen < self.warmup_groups:
             return 0.0
-        return self._predict(features(length, bucket, record, step))
+        return self._predict(features(length, bucket, record, step, reference))
 
-    def learn(self, length, bucket, record, step, flat) -> None:
-        x = features(length, bucket, record, step)
+    def learn(self, length, bucket, record, step, flat, reference=None) -> None:
+        x = features(length, bucket, record, step, reference)
         error = self._predict(x) - float(flat)  # d(log-loss)/dz
         self.weights = [w - self.lr * (error * v + self.l2 * w) for w, v in zip(self.weights, x, strict=True)]
         self.seen += 1
