@@ -16,7 +16,10 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
     learned_os2  online + learned + rollout.oversample=2
     bandit    curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
     bandit_history  bandit + rollout/selector=history
-    bandit_learned  bandit + rollout/selector=learned (the default since 2026-12-01)
+    bandit_learned  bandit + rollout/selector=learned (the default since 2026-12-01; the learned
+              selector reads the reference likelihood and ranks candidates since 2026-12-01 evening)
+    bandit_learned_draw  bandit + the learned selector as it was before that: history features only,
+              each candidate skipped with its flat probability, 2 replacement rounds
     default   the current default, whatever it is
     default_os2  default + rollout.oversample=2
 Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
@@ -60,6 +63,10 @@ ARMS = {
     "bandit": [*BANDIT, *NO_SELECTOR],
     "bandit_history": [*BANDIT, "rollout/selector=history"],
     "bandit_learned": [*BANDIT, *LEARNED],
+    "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.rollout.selection.PromptSelection",
+                            "~rollout.selector.max_flat", "~rollout.selector.spares", "rollout.selector.audit=0.1",
+                            "+rollout.selector.max_rounds=2",
+                            "rollout.selector.predictor.likelihood=false"],
     "default": [],
     "default_os2": ["rollout.oversample=2"],
 }

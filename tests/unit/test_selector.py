@@ -136,7 +136,7 @@ def test_rank_keeps_the_candidates_least_likely_flat_and_audits_a_share_of_the_s
     def score(prompts):
         return [q[p.id] for p in prompts]
 
-    sel = RankedSelection(ByHand(), PromptHistory(), Pool(), audit=0.0, max_rounds=1)
+    sel = RankedSelection(ByHand(), PromptHistory(), Pool(), audit=0.0, spares=1)
     picked = sel.pick(batch, 5, score)
     # sorted by flat probability: p3 .05, r2 .1, p1 .2, r0 .3 fill the 4 slots; r3, p2, p0, r1 are left out
     assert [p.id for p in picked.prompts] == ["p3", "r2", "p1", "r0"]
@@ -151,6 +151,10 @@ def test_rank_keeps_the_candidates_least_likely_flat_and_audits_a_share_of_the_s
     assert len(picked.audited) == 2 and picked.audited <= {"p1", "r0", "r3", "p2", "p0", "r1"}
     assert {p.id for p in picked.prompts[2:]} == picked.audited
     assert picked.skipped == 8 - 4
+    with pytest.raises(ValueError, match="spares must be >= 0, got -1"):
+        RankedSelection(ByHand(), PromptHistory(), Pool(), spares=-1)
+    with pytest.raises(ValueError, match="max_flat must be in"):
+        RankedSelection(ByHand(), PromptHistory(), Pool(), max_flat=0.0)
 
 
 def test_learned_selector_learns_flat_from_the_reference_likelihood_of_unseen_prompts():

@@ -1,7 +1,7 @@
 """Acting on the samples before a rollout: which prompts to roll out, and what each rollout showed.
 
 `pick` asks the selector (rollout/selector.py) for each candidate's skip probability. Spares of
-the same bucket are drawn up front (max_rounds x the batch), so that a selector that reads the
+the same bucket are drawn up front (max_rounds, or spares, x the batch), so that a selector that reads the
 policy's likelihood of each reference (rollout/likelihood.py) scores every candidate in one forward.
 Then:
 
@@ -196,14 +196,16 @@ class RankedSelection(PromptSelection):
     fewer rows than skipping each with its probability, which lets a share of likely-flat
     prompts through at every draw.
 
-    max_rounds: spares per batch slot (all screened); audit: share of the slots given to
-    would-be skips; max_flat: a candidate more likely flat than this is never rolled out but as
-    an audit (the step trains on fewer groups)."""
+    spares: candidates of the same bucket per batch slot, drawn and scored with the batch; audit:
+    share of the slots given to would-be skips; max_flat: a candidate more likely flat than this
+    is never rolled out but as an audit (the step trains on fewer groups)."""
 
     def __init__(self, predictor=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
-                 seed: int = 0, audit: float = 0.05, max_rounds: int = 4, answer: AnswerFormat | None = None,
+                 seed: int = 0, audit: float = 0.05, spares: int = 4, answer: AnswerFormat | None = None,
                  max_flat: float = 0.5) -> None:
-        super().__init__(predictor, history, prompt_pool, seed, audit, max_rounds, answer)
+        if spares < 0:
+            raise ValueError(f"rollout.selection.spares must be >= 0, got {spares}")
+        super().__init__(predictor, history, prompt_pool, seed, audit, spares, answer)  # max_rounds: spares per slot
         if not 0 < max_flat <= 1:
             raise ValueError(f"rollout.selection.max_flat must be in (0, 1], got {max_flat}")
         self.max_flat = max_flat
