@@ -1,9 +1,10 @@
 """Prompt selectors (`rollout/selector=none|history|learned`): the chance a prompt's group comes out flat.
 
 A flat group (every counted row gets the same reward) has zero advantage everywhere: its rollout
-is compute spent on nothing. Before a rollout, `PromptSelection` (rollout/selection.py) asks the
-selector for each candidate's flat probability and skips it with that probability, capped at
-1 - `explore`: every prompt keeps a chance to show that the policy changed.
+is compute spent on nothing. Before a rollout, the selection step (rollout/selection.py) asks the
+selector for each candidate's flat probability, capped at 1 - `explore` (every prompt keeps a
+chance to show that the policy changed), then skips each candidate with that probability
+(`PromptSelection`) or rolls out the least likely flat (`RankedSelection`, the `learned` preset).
 
     none     never skips
     history  GRESO-style: flat probability 1 - decay^streak, from the prompt's flat streak alone
