@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 from pathlib import Path
 
@@ -26,15 +27,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from grpo_aug.data.datamodule import split_heldout  # noqa: E402
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
+from grpo_aug.preflight import pair_auc  # noqa: E402
 from grpo_aug.rewards import MathReward  # noqa: E402
 from grpo_aug.rollout.likelihood import reference_logprobs  # noqa: E402
 from grpo_aug.rollout.sampler import generate  # noqa: E402
 
 
 def auc(positive: list[float], negative: list[float]) -> float:
-    """P(a positive scores above a negative), ties counting half."""
-    pairs = [(p > n) + 0.5 * (p == n) for p in positive for n in negative]
-    return sum(pairs) / len(pairs)
+    """P(a positive scores above a negative), ties counting half (preflight's pair rule)."""
+    return statistics.mean(s for p in positive for s in pair_auc(p, negative))
 
 
 def main() -> None:

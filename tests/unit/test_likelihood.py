@@ -29,6 +29,5 @@ def test_reference_logprobs_match_a_token_by_token_loop(tiny_model_dir):
     model.eval()
     with torch.no_grad():
         want = [_by_hand(model, tok, p, r, 12) for p, r in zip(prompts, references, strict=True)]
-    assert got == [float(x) for x in got] and len(got) == 3
     for g, w in zip(got, want, strict=True):
         assert abs(g - w) < 1e-4

@@ -204,7 +204,7 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     sel = _selection(HistorySelector(), history, audit=0.5)
     mine = _prompts(2)
     sampled = _Sampled(mine, ["A: 1", "A: 1", "A: 9", "A: 2"], [False, True])  # p0 right twice, p1 right once
-    picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5)
+    picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5, references={})
     other = ([Gathered("x", 30, "easy", 0.0, True, False, 8)], 1, 3, 5)  # the other rank's groups and counts
     sel.observe(picked, sampled, 4, rows_per_group=2, gather=lambda mine_: [mine_, other])
     assert history.get("p0").last_pass == 1.0 and history.get("p0").flat_streak == 1
@@ -221,6 +221,6 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
 def test_no_selector_still_measures_the_waste():
     sel = PromptSelection()
     mine = _prompts(1)
-    sel.observe(Picked(mine, frozenset(), 0, 1), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
+    sel.observe(Picked(mine, frozenset(), 0, 1, {}), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
     assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0}
     assert isinstance(sel.selector, NoSelector)

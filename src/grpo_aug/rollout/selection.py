@@ -46,7 +46,7 @@ class Picked(NamedTuple):
     audited: frozenset[str]  # ids rolled out although the selector would have skipped them
     skipped: int  # candidates skipped
     considered: int  # candidates screened (the batch and its replacements)
-    references: dict[str, float] = {}  # prompt id -> log p(reference solution), when the selector reads it
+    references: dict[str, float]  # prompt id -> log p(reference solution); empty when the selector does not read it
 
 
 class Gathered(NamedTuple):
@@ -86,7 +86,7 @@ class PromptSelection:
         """The prompts to roll out; `score` measures the policy's likelihood of their references
         (needed by a selector that reads it)."""
         if not self.selector.active:
-            return Picked(list(batch), frozenset(), 0, len(batch))
+            return Picked(list(batch), frozenset(), 0, len(batch), {})
         spares = self.pool(batch[0].bucket, len(batch) * self.max_rounds, step, 1, {p.id for p in batch},
                            purpose="select") if self.max_rounds else []
         references: dict[str, float] = {}

@@ -90,7 +90,7 @@ class HistorySelector(_Selector):
 
 def features(length: int, bucket: str, record: PromptRecord | None, step: int,
              reference: float | None = None) -> list[float]:
-    """The learned selector's inputs, each roughly in [0, 1]; `reference` is log p(reference solution)."""
+    """The learned selector's inputs, each roughly in [-1, 1]; `reference` is log p(reference solution)."""
     seen = record is not None and record.attempts > 0
     rate = record.smoothed_pass if seen else 0.0
     since = step - record.last_seen if seen else 0
