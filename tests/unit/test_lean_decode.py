@@ -46,6 +46,7 @@ def test_lean_step_logits_close_to_hf(kind, fused, monkeypatch):
     from transformers import DynamicCache
 
     import grpo_aug.lean.decode as lean_decode
+    from grpo_aug.lean.compat import cache_kwargs
     from grpo_aug.lean.decode import LeanDecoder
 
     if not fused:  # the wide-model path (the module's own weights), on a narrow model
@@ -56,7 +57,8 @@ def test_lean_step_logits_close_to_hf(kind, fused, monkeypatch):
     pos = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, position_ids=pos, cache=cache, use_cache=True)
+        model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, position_ids=pos, use_cache=True,
+              **cache_kwargs(model, cache))
         decoder = LeanDecoder(model, cache, enc.attention_mask, pos[:, -1:] + 1 + torch.arange(4), 4)
         assert all(p.fused == fused for p in decoder.projections)
         ids, mask = enc.input_ids, enc.attention_mask

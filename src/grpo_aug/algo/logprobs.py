@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from grpo_aug.lean.compat import activation_checkpointing, cache_kwargs
 from grpo_aug.lean.decode import supports
 from grpo_aug.lean.forward import packable, packed_completion_logits
 
@@ -26,7 +27,7 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
     prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
     # the shared-prefix cache needs use_cache, which checkpointed layers switch off while training
-    checkpointed = getattr(model, "is_activation_checkpointing", False) and model.training
+    checkpointed = activation_checkpointing(model) and model.training
     if (prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model)
             or checkpointed):
         # only the positions that predict completion tokens go through the vocabulary projection
@@ -38,11 +39,13 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
     first[row_prompt] = torch.arange(len(input_ids), device=input_ids.device)  # a row holding each prompt
     cache = DynamicCache()
     head = model(input_ids=prompts, attention_mask=attention_mask[first, :prompt_len],
-                 position_ids=position_ids[first, :prompt_len], cache=cache, use_cache=True, logits_to_keep=1)
+                 position_ids=position_ids[first, :prompt_len], use_cache=True, logits_to_keep=1,
+                 **cache_kwargs(model, cache))
     for layer in cache.layers:  # [U, KV, P, D] -> [N, KV, P, D], differentiable
         layer.keys, layer.values = layer.keys[row_prompt], layer.values[row_prompt]
     tail = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
-                 position_ids=position_ids[:, prompt_len:-1], cache=cache, use_cache=True).logits  # [N, T-1, V]
+                 position_ids=position_ids[:, prompt_len:-1], use_cache=True,
+                 **cache_kwargs(model, cache)).logits  # [N, T-1, V]
     return torch.cat([head.logits[row_prompt, -1:], tail], dim=1)  # [N, T, V]
 
 

@@ -22,13 +22,14 @@ import torch
 import torch.nn.functional as F
 
 from grpo_aug.algo.chunks import length_chunks
+from grpo_aug.lean.compat import activation_checkpointing
 from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
 
 def packable(model: torch.nn.Module) -> bool:
-    return supports(model) and not sharded(model) and not getattr(model, "is_activation_checkpointing", False)
+    return supports(model) and not sharded(model) and not activation_checkpointing(model)
 
 
 def _residual(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

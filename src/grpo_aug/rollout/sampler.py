@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
 from grpo_aug.rollout.types import Rollout
 
@@ -78,7 +79,7 @@ def generate(
     first_mask = enc.attention_mask.to(device)  # [U, P]
     first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
     out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
-                cache=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits are needed
+                use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))  # only the last position's logits
     logits = out.logits[:, -1].float()[index]  # [N, V]
     for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
         layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
@@ -126,7 +127,7 @@ def generate(
             continue
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=attn[:, : p + step + 1], position_ids=position,
-                    cache=cache, use_cache=True)
+                    **cache_kwargs(model, cache), use_cache=True)
         logits = out.logits[:, -1].float()
     model.train(was_training)
 
