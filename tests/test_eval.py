@@ -12,6 +12,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.pipeline import evaluate, train
+from grpo_aug.rollout.engine import HFEngine
 from helpers import ROOT, TINY, compose_cfg, read_scalars
 
 GSM8K_TEST = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -25,7 +26,7 @@ def test_pass_at_k_and_mean_at_k_by_hand(tiny_model_dir):
     # three times, prompt 2 never (calls come greedy first, then 4 samples per prompt in order)
     verdicts = iter([1, 0, 0] + [0, 1, 0, 0] + [1, 1, 0, 1] + [0, 0, 0, 0])
     acc.exact = lambda prompt, text: float(next(verdicts))
-    acc.evaluate(policy, tokenizer, [p.prompt for p in EASY], EASY, 4, seed=0, device=torch.device("cpu"))
+    acc.evaluate(HFEngine(), policy, tokenizer, [p.prompt for p in EASY], EASY, 4, seed=0, device=torch.device("cpu"))
     out = acc.compute()
     assert out == pytest.approx({"eval/accuracy/easy": 1 / 3, "eval/pass@4/easy": 2 / 3,
                                  "eval/mean@4/easy": (1 / 4 + 3 / 4 + 0) / 3})
@@ -43,7 +44,8 @@ def test_evaluation_samples_are_fixed_by_their_seed(tiny_model_dir):
         acc = HeldoutAccuracy(settings=EvalSettings(samples=3, temperature=1.5))
         seen = []
         acc.exact = lambda prompt, text: (seen.append(text), 0.0)[1]
-        acc.evaluate(policy, tokenizer, [p.prompt for p in EASY], EASY, 6, seed=seed, device=torch.device("cpu"))
+        acc.evaluate(HFEngine(), policy, tokenizer, [p.prompt for p in EASY], EASY, 6, seed=seed,
+                     device=torch.device("cpu"))
         return seen[len(EASY):]  # after the greedy ones
 
     assert sampled_texts(5, 0) == sampled_texts(5, 123)

@@ -79,6 +79,7 @@ def test_vllm_engine_requests_per_row_sampling_and_builds_the_rollout(tiny_model
     tokenizer = load_tokenizer(str(tiny_model_dir))
     engine.setup(str(tiny_model_dir), tokenizer, seed=3)
     assert calls["init"]["gpu_memory_utilization"] == 0.25 and calls["init"]["seed"] == 3
+    assert calls["init"]["logprobs_mode"] == "processed_logprobs"  # after temperature, as the trainer scores
     policy = load_policy(str(tiny_model_dir))
     texts = ["Q: 1+1\nA: ", "Q: 22+3\nA: "]
     ro = engine.generate(policy, tokenizer, texts, torch.tensor([0.0, 1.2]), 0.9, 5,

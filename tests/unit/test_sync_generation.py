@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from grpo_aug.rollout.engine import HFEngine
 from grpo_aug.rollout.sampler import generate
 
 EOS, PAD, WORD = 2, 0, 5
@@ -128,8 +129,8 @@ def _eval_worker(rank, port, out):
 
     batches = dm.val_batches(rank, 2)
     for batch in batches:
-        metric.evaluate(model, Tok(), [p.prompt for p in batch], batch, 12, 0, torch.device("cpu"), _all_done,
-                        counted=not isinstance(batch, PaddingBatch))
+        metric.evaluate(HFEngine(), model, Tok(), [p.prompt for p in batch], batch, 12, 0, torch.device("cpu"),
+                        _all_done, counted=not isinstance(batch, PaddingBatch))
     totals = {name: float(m.compute()) for name, m in metric.sums.items() if name.startswith("total_")}
     out[rank] = (model.forwards, [len(b) for b in batches], totals)
     dist.destroy_process_group()

@@ -306,8 +306,10 @@ class GRPOModule(L.LightningModule):
         padding = isinstance(batch, PaddingBatch)  # evens out the ranks' batch counts, never counted
         if padding and self.sampler.any_rank is None:
             return  # unsharded ranks need not join each other's forwards
-        self.val_accuracy.evaluate(self.policy, self.tokenizer, self.prompt_format([p.prompt for p in batch]), batch,
-                                   self.eval_max_new_tokens, seed, self.device, self.sampler.all_done(),
+        engine = self.sampler.engine
+        engine.sync(self.policy, self.global_step)  # an external engine evaluates the weights trained so far
+        self.val_accuracy.evaluate(engine, self.policy, self.tokenizer, self.prompt_format([p.prompt for p in batch]),
+                                   batch, self.eval_max_new_tokens, seed, self.device, self.sampler.all_done(),
                                    counted=not padding)
 
     def on_validation_epoch_end(self) -> None:

