@@ -13,23 +13,31 @@ dominate the update:
     sequence_truncate  min(prod_t ratio_t, cap), one per row, broadcast to its tokens
     sequence_mask      prod_t ratio_t, or 0 for the whole row where it exceeds cap
 
-All take trainer and engine log-probs [..., T] and the loss mask [..., T], and return
-(weights [..., T], masked [..., T] bool: tokens whose weight the cap set to 0).
+All take trainer and engine log-probs [..., T] and the loss mask [..., T], and return a
+Correction: the weights, the uncapped ratio (for the dashboard) and the tokens the cap zeroed.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from grpo_aug.algo.loss import LOG_RATIO_BOUND
 
 
+class Correction(NamedTuple):
+    weight: torch.Tensor  # [..., T] multiplies each token's policy-gradient term; detached
+    ratio: torch.Tensor  # [..., T] pi_trainer / pi_engine before the cap (per row for sequence levels)
+    masked: torch.Tensor  # [..., T] bool: loss tokens whose weight the cap set to 0
+
+
 class NoCorrection:
     active = False
 
-    def __call__(self, trainer_logps: torch.Tensor, engine_logps: torch.Tensor,
-                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.ones_like(trainer_logps), torch.zeros_like(mask, dtype=torch.bool)
+    def __call__(self, trainer_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor) -> Correction:
+        ones = torch.ones_like(trainer_logps)
+        return Correction(ones, ones, torch.zeros_like(mask, dtype=torch.bool))
 
 
 class _Capped:
@@ -42,8 +50,7 @@ class _Capped:
             raise ValueError(f"algo.engine_correction.cap must be >= 1 (a weight of 1 is no correction), got {cap}")
         self.cap = float(cap)
 
-    def __call__(self, trainer_logps: torch.Tensor, engine_logps: torch.Tensor,
-                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, trainer_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor) -> Correction:
         on = mask.to(trainer_logps.dtype)  # [..., T]
         log_ratio = (trainer_logps - engine_logps).detach() * on  # [..., T]
         if self.per_row:
@@ -51,8 +58,8 @@ class _Capped:
         ratio = log_ratio.clamp(max=LOG_RATIO_BOUND).exp()  # [..., T]
         over = ratio > self.cap  # [..., T]
         if self.truncate:
-            return ratio.clamp(max=self.cap), torch.zeros_like(over)
-        return torch.where(over, torch.zeros_like(ratio), ratio), over & (mask > 0)
+            return Correction(ratio.clamp(max=self.cap), ratio, torch.zeros_like(over))
+        return Correction(torch.where(over, torch.zeros_like(ratio), ratio), ratio, over & (mask > 0))
 
 
 class TokenTruncate(_Capped):

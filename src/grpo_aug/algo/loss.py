@@ -36,6 +36,7 @@ def policy_loss(
     clip_ratio_c: float | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    pg_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
@@ -45,6 +46,8 @@ def policy_loss(
     token's objective is at least clip_ratio_c * A, so one huge ratio cannot dominate the update.
     ref_logps None (no reference model: beta is 0 for the whole run) means no KL term.
     `entropy` must carry gradient when entropy_coef > 0 (the bonus rewards spread-out distributions).
+    `pg_weight` [..., T] (detached) scales each token's policy-gradient term, not its KL: the
+    engine-trainer mismatch correction (algo/engine_correction).
     """
     T = logps.shape[-1]
     mask = mask.to(logps.dtype)
@@ -61,6 +64,8 @@ def policy_loss(
         kl_tokens = torch.zeros_like(logps)  # [..., T]
     else:
         kl_tokens = kl(logps, ref_logps, LOG_RATIO_BOUND)  # [..., T]
+    if pg_weight is not None:
+        pg = pg * pg_weight  # [..., T]
     per_token = pg - beta * kl_tokens  # [..., T]
     if entropy_coef and entropy is not None:
         per_token = per_token + entropy_coef * entropy
@@ -117,14 +122,14 @@ def grpo_loss(
     return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
 
 
-STAT_MAX = ("kl_max", "ratio_max")
+STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")
 
 
 def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
     """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
     stat (entropy is measured on some updates only), maxima for the *_max entries."""
     names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
-             "ratio_max", "entropy", "logprob_gap")
+             "ratio_max", "entropy", "logprob_gap", "is_ratio_mean", "is_ratio_max", "is_masked_frac")
     merged = {}
     for name in names:
         reporting = [p for p in parts if name in p]

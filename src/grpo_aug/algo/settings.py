@@ -8,6 +8,7 @@ from typing import Any
 
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
+from grpo_aug.algo.engine_correction import TokenTruncate
 from grpo_aug.algo.kl import k3_kl
 from grpo_aug.algo.ratio import TokenRatio
 
@@ -18,6 +19,7 @@ class AlgoSettings:
     beta: Any = field(default_factory=ConstantBeta)  # a KL-coefficient schedule from algo/beta
     kl: Any = k3_kl  # a KL estimator from algo/kl: (logps, ref_logps, bound) -> per-token KL
     ratio: Any = field(default_factory=TokenRatio)  # the importance-ratio level from algo/ratio
+    engine_correction: Any = field(default_factory=TokenTruncate)  # algo/engine_correction: external engines' rows
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     clip_ratio_c: float | None = None  # verl's dual clip for negative advantages (> 1); None = off
@@ -49,6 +51,9 @@ class AlgoSettings:
                                 f"got {self.kl!r}"),
             (callable(self.ratio), f"algo.ratio must be a level from the algo/ratio group (algo/ratio=token|sequence), "
                                    f"got {self.ratio!r}"),
+            (callable(self.engine_correction) and hasattr(self.engine_correction, "active"),
+             f"algo.engine_correction must be a variant from the algo/engine_correction group (none|token_truncate|"
+             f"token_mask|sequence_truncate|sequence_mask), got {self.engine_correction!r}"),
             (self.clip_ratio_c is None or self.clip_ratio_c > 1,
              f"algo.clip_ratio_c must be > 1 or null, got {self.clip_ratio_c}"),
             (self.entropy_coef >= 0, f"algo.entropy_coef must be >= 0, got {self.entropy_coef}"),

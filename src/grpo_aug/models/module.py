@@ -227,7 +227,10 @@ class GRPOModule(L.LightningModule):
                     old_logps = self.scorer.logprobs(self.policy, ro, chunks)  # [B*G, T]
         exhausted = s.filter.refill and int(sampled.informative.sum()) < len(picked.prompts)
         hinted = None if sampled.hinted is None else sampled.hinted[groups].reshape(-1)  # [B*G]
-        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted)
+        engine_sampled = (self.sampler.engine.external and a.engine_correction.active
+                          and ro.sample_logprobs is not None)
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
+                            engine_sampled)
 
     def _update(self, step: PreparedStep, beta: float, groups: torch.Tensor, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.

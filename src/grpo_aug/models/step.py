@@ -25,6 +25,7 @@ class PreparedStep(NamedTuple):
     old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
     refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
     hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
+    engine_sampled: bool = False  # an external engine (vLLM) sampled the rows: its log-probs get corrected
 
 
 def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int,
@@ -69,6 +70,10 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
             values[f"train/{name}"] = summary[name].mean()
         if step.rollout.sample_logprobs is not None:  # mean |sampler - trainer| log-prob per loss token
             values["rollout/logprob_gap"] = summary["logprob_gap"][0]
+        if step.engine_sampled:  # the mismatch correction's ratio pi_trainer / pi_engine, before its cap
+            values["rollout/is_ratio_mean"] = summary["is_ratio_mean"].mean()
+            values["rollout/is_ratio_max"] = summary["is_ratio_max"].max()
+            values["rollout/is_masked_frac"] = summary["is_masked_frac"].mean()
     for name, scores in sampled.parts.items():
         scored = ~scores.isnan()
         if scored.any():

@@ -30,18 +30,32 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
         logps, ent = scorer.logprobs(policy, part), None  # [c, t]
     # with one update per rollout the policy is still the rollout policy: no extra forward
     old = logps.detach() if step.old_logps is None else step.old_logps[rows, :t]  # [c, t]
+    mask = step.mask[rows, :t]  # [c, t]
+    correction = None
+    if step.engine_sampled:  # pi_trainer / pi_engine at rollout time, the trainer's side being `old`
+        correction = algo.engine_correction(old, part.sample_logprobs[:, :t].to(old.dtype), mask)
     if step.hinted is not None and bool(step.hinted[rows].any()):
         # rows sampled under a hinted prompt: the ratio's denominator is their sampler's log-prob
         # there (an importance weight against the original prompt, bounded by the clip)
         old = torch.where(step.hinted[rows, None], part.sample_logprobs[:, :t].to(old.dtype), old)  # [c, t]
+        if correction is not None:  # their ratio is against the sampler already: no second weight
+            hinted = step.hinted[rows, None].expand_as(mask)  # [c, t]
+            correction = correction._replace(weight=correction.weight.masked_fill(hinted, 1.0),
+                                             ratio=correction.ratio.masked_fill(hinted, 1.0),
+                                             masked=correction.masked & ~hinted)
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
-    mask = step.mask[rows, :t]  # [c, t]
     loss, stats = policy_loss(
         logps, ref, old, step.advantages[rows], mask, beta=beta, clip_eps_low=algo.clip_eps_low,
         clip_eps_high=algo.clip_eps_high, kl=algo.kl, aggregate=aggregate, ratio=algo.ratio,
         clip_ratio_c=algo.clip_ratio_c, entropy=ent, entropy_coef=algo.entropy_coef,
+        pg_weight=None if correction is None else correction.weight,
     )
     stats["tokens"] = mask.sum()
+    if correction is not None:
+        on, n = mask > 0, mask.sum().clamp(min=1)
+        stats["is_ratio_mean"] = (correction.ratio * mask).sum() / n
+        stats["is_ratio_max"] = correction.ratio[on].max() if on.any() else torch.zeros((), device=mask.device)
+        stats["is_masked_frac"] = correction.masked.sum() / n
     if ent is not None:
         stats["entropy"] = (ent.detach() * mask).sum() / mask.sum().clamp(min=1)
     if entropy and part.sample_logprobs is not None:  # the rollout's first update: the sampling policy itself

@@ -27,6 +27,7 @@ from grpo_aug.rollout.types import Rollout
 
 class HFEngine:
     name = "hf"
+    external = False  # its log-probs come from the policy's own forward: nothing to correct
 
     def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
         self.llm.reset_prefix_cache()
@@ -71,6 +72,7 @@ class VLLMEngine:
     torch.compile warm-up that pays only on long runs, `cpu_threads_bind` is vLLM's OpenMP binding."""
 
     name = "vllm"
+    external = True  # other kernels: algo/engine_correction weighs its rows
 
     def __init__(self, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None, dtype: str = "auto",
                  enforce_eager: bool = False, cpu_kv_cache_gb: int = 1, cpu_threads_bind: str = "auto") -> None:
