@@ -23,6 +23,7 @@ from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
+from grpo_aug.models.sharding import full_state_dict
 from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.resume import latest_checkpoint
 from grpo_aug.rollout.settings import RolloutSettings
@@ -69,6 +70,9 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     if str(model.name_or_path).endswith(".ckpt"):  # a training checkpoint: its base model, then its weights
         base, weights = checkpoint_policy(model.name_or_path)
         model = dataclasses.replace(model, name_or_path=base, warmup=None)
+    if model.lora.merge_on_save and "FSDP2Strategy" in str(cfg.trainer.get("strategy")):
+        raise ValueError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
+                         "whole model on one rank): merge the saved adapter afterwards (policy/ holds it)")
     rollout, selection_cfg = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
@@ -154,8 +158,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
     trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    weights = full_state_dict(module.policy)  # every rank: under FSDP2 gathering the weights is a collective
     if trainer.is_global_zero:
-        out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy")
+        out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy", weights)
         log.info("final policy saved to %s", out)
         if module.models.lora.merge_on_save:
             merged = save_merged(module.policy, out / "merged")

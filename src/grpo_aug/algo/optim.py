@@ -17,9 +17,16 @@ def lr_factor(step: int, warmup: int, total: int, final: float = 1.0) -> float:
     return ramp * (1.0 - (1.0 - final) * progress)
 
 
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of an FSDP2 (DTensor) weight or gradient; any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def gradient_norm(model: torch.nn.Module) -> torch.Tensor:
     """L2 norm of this rank's gradients (its shard under FSDP/ZeRO); inf or NaN if any entry is."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    grads = [local_shard(p.grad) for p in model.parameters() if p.grad is not None]
     if not grads:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))

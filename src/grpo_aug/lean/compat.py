@@ -28,4 +28,6 @@ def cache_kwargs(model: torch.nn.Module, cache) -> dict:
 def activation_checkpointing(model: torch.nn.Module) -> bool:
     """Is activation checkpointing on (`is_activation_checkpointing` from 5.24, `is_gradient_checkpointing` before)?"""
     inner = _hf_model(model)
-    return bool(getattr(inner, "is_activation_checkpointing", getattr(inner, "is_gradient_checkpointing", False)))
+    name = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") else \
+        "is_gradient_checkpointing"
+    return bool(getattr(inner, name, False))

@@ -42,11 +42,13 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-def save_pretrained_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> Path:
+def save_pretrained_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path,
+                        state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Write model + tokenizer to a temporary sibling, then rename: a run killed mid-write never
-    leaves a half-written directory that a later run would take for a finished one."""
+    leaves a half-written directory that a later run would take for a finished one.
+    state_dict: the whole model's weights when the model itself holds only a shard (FSDP2)."""
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     try:
         tmp.rename(out)

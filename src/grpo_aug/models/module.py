@@ -26,6 +26,7 @@ from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.models.lora import Lora, NoLora
 from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.run_counts import RunCounts, RunStream
+from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import gather_per_rank, rank_any, rank_mean
@@ -103,6 +104,9 @@ class GRPOModule(L.LightningModule):
         if self.policy is not None:  # Lightning may call this more than once
             return
         self.policy = self.models.load()
+        mesh = data_parallel_mesh(self.trainer.strategy) if self._trainer is not None else None
+        if mesh is not None:  # trainer=fsdp: FSDP2 over the data-parallel ranks, before the optimizer exists
+            shard_fsdp2(self.policy, mesh)
         self.sampler.engine.setup(self.name_or_path, self.tokenizer, self.seed)
 
     def configure_optimizers(self) -> dict:

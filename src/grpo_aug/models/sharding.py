@@ -1,11 +1,11 @@
-"""Sharded weights (`trainer=fsdp|deepspeed`): which layers FSDP wraps, and a reference model
-sharded like the policy.
+"""Sharded weights (`trainer=fsdp`: FSDP2, `torch.distributed.fsdp.fully_shard`; `trainer=deepspeed`):
+the strategy, which layers are sharded, and a reference sharded like the policy.
 
-Lightning wraps the LightningModule, so the policy is sharded by the strategy; the frozen
-reference lives outside the module tree (not trained, not checkpointed) and is wrapped here with
-the strategy's own settings. Under ZeRO-3 DeepSpeed partitions what it is given; the reference
-is best avoided there: LoRA (model/lora=on, the reference is the adapter-off policy) or beta 0
-(no reference) hold no second copy at all.
+FSDP2 shards every parameter along its first dimension over the data-parallel ranks; each decoder
+layer is one unit (its weights gathered for its forward, freed after), then the root holds the
+embeddings, final norm and head. It runs on GPUs (NCCL) and on CPU processes (gloo), which FSDP1
+refuses ("FSDP needs a non-CPU accelerator device"). The frozen reference lives outside the
+module tree (not trained, not checkpointed) and is sharded here the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 
 import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
 
 # decoder layer classes of the families grpo-aug is tested with; each FSDP unit is one layer
 DECODER_LAYERS = {
@@ -24,7 +25,7 @@ DECODER_LAYERS = {
 
 
 def decoder_layer_classes() -> set[type[torch.nn.Module]]:
-    """The decoder layer classes this transformers version has: FSDP's auto-wrap policy."""
+    """The decoder layer classes this transformers version has."""
     found = set()
     for module, name in DECODER_LAYERS.items():
         try:
@@ -34,13 +35,55 @@ def decoder_layer_classes() -> set[type[torch.nn.Module]]:
     return found
 
 
+class FSDP2Strategy(ModelParallelStrategy):
+    """Lightning's ModelParallelStrategy with every rank in one data-parallel mesh (no tensor
+    parallelism), checkpoints as one full file by default (resumable with another number of ranks),
+    and the module's `configure_model` applying FSDP2 (`shard_fsdp2`)."""
+
+    def __init__(self, save_distributed_checkpoint: bool = False, **kwargs) -> None:
+        super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
+                         save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
+
+    def setup_environment(self) -> None:
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        super().setup_environment()
+
+
+def shard_fsdp2(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """fully_shard each decoder layer, then the root, over `mesh` (in place; returns the model)."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = tuple(decoder_layer_classes())
+    units = [m for m in model.modules() if isinstance(m, layers)]
+    if not units:
+        raise ValueError(f"trainer=fsdp: {type(model).__name__} has none of the decoder layers FSDP2 shards "
+                         f"({sorted(c.__name__ for c in layers)}); add its layer class to DECODER_LAYERS")
+    for layer in units:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def data_parallel_mesh(strategy):
+    """The mesh FSDP2 shards over, or None when the strategy does not shard that way."""
+    if isinstance(strategy, ModelParallelStrategy):
+        return strategy.device_mesh["data_parallel"]
+    return None
+
+
 def shard_like_policy(reference: torch.nn.Module, strategy, device: torch.device) -> torch.nn.Module:
-    """The reference wrapped in FSDP with the strategy's sharding settings; as it is otherwise."""
-    from lightning.pytorch.strategies import FSDPStrategy
+    """The reference sharded with FSDP2 over the policy's mesh; as it is under other strategies."""
+    mesh = data_parallel_mesh(strategy)
+    return reference if mesh is None else shard_fsdp2(reference, mesh)
 
-    if not isinstance(strategy, FSDPStrategy):
-        return reference
-    from torch.distributed.fsdp import FullyShardedDataParallel
 
-    return FullyShardedDataParallel(reference, sharding_strategy=strategy.sharding_strategy,
-                                    cpu_offload=strategy.cpu_offload, device_id=device, **strategy.kwargs)
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The whole model's weights on the CPU: gathered from every rank under FSDP2 (a collective: call
+    on every rank); None when the weights are not FSDP2-sharded (the model saves itself)."""
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo import policy_loss
+from grpo_aug.algo.optim import local_shard
 from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.models.step import PreparedStep
@@ -66,4 +67,5 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
 
 def zero_loss(model: torch.nn.Module) -> torch.Tensor:
     """0, but touching every weight, so every rank's backward reduces the same parameters."""
-    return 0.0 * sum(p.sum() for p in model.parameters())
+    # an FSDP2 weight's local shard: a plain tensor, with no collective in its backward
+    return 0.0 * sum(local_shard(p).sum() for p in model.parameters())
