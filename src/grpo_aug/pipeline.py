@@ -25,7 +25,7 @@ from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.sharding import full_state_dict
 from grpo_aug.models.warmup import supervised_warmup
-from grpo_aug.resume import latest_checkpoint
+from grpo_aug.resume import latest_checkpoint, read_checkpoint
 from grpo_aug.rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,8 @@ def resume_from(cfg: DictConfig) -> str | None:
     if resume not in (None, "auto"):
         raise ValueError(f"resume must be null or 'auto', got {resume!r} (a file goes in ckpt_path)")
     if resume is None or cfg.get("ckpt_path") is not None:
+        if cfg.get("ckpt_path") is not None:
+            read_checkpoint(cfg.ckpt_path)  # a missing or cut-short file fails here, before any model loads
         return cfg.get("ckpt_path")
     directory = Path(cfg.paths.output_dir) / "checkpoints"
     latest = latest_checkpoint(directory)
@@ -155,7 +157,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer, module, datamodule = build(cfg)
     if cfg.get("validate_before_training", True) and ckpt_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
     trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
     weights = full_state_dict(module.policy)  # every rank: under FSDP2 gathering the weights is a collective

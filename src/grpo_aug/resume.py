@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import zipfile
 from pathlib import Path
 
 import torch
@@ -77,6 +78,28 @@ def restore_rng(state: dict, generator: torch.Generator | None) -> None:
         generator.set_state(state["rollout"])
 
 
+def read_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict:
+    """A training checkpoint's contents, memory-mapped (the weights are read when touched).
+
+    Loaded with weights_only=True: unpickling may run code, and a grpo-aug checkpoint holds only
+    tensors, numbers, strings and containers. A file cut short (a run killed while saving) or not a
+    checkpoint at all stops with a ValueError that names `key`, the file and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{key}={str(path)!r}: no such file")
+    try:
+        with zipfile.ZipFile(path) as archive:  # torch.save writes a zip; its index sits at the end
+            archive.namelist()
+    except zipfile.BadZipFile as err:
+        raise ValueError(f"{key}={str(path)!r}: the checkpoint is cut short or not a checkpoint "
+                         f"({path.stat().st_size} bytes, no zip index at its end: a run killed while saving "
+                         f"leaves such a file); use an earlier checkpoint") from err
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:
+        raise ValueError(f"{key}={str(path)!r}: cannot read the checkpoint ({err})") from err
+
+
 def latest_checkpoint(directory: str | Path) -> Path | None:
     """The checkpoint with the highest global step in `directory` (None if there is none).
 
@@ -84,7 +107,7 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
     best, best_step = None, -1
     for path in sorted(Path(directory).glob("*.ckpt")):
         try:
-            step = int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+            step = int(read_checkpoint(path)["global_step"])
         except Exception as err:  # a file cut short by the kill: skip it, say so
             log.warning("resume: %s is not a readable checkpoint (%s); ignored", path, err)
             continue

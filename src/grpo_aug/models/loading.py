@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_aug.resume import read_checkpoint
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -62,10 +64,7 @@ def save_pretrained_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 def checkpoint_policy(path: str) -> tuple[str, dict[str, torch.Tensor]]:
     """A training checkpoint as a model: the path its run loaded the policy from, and the policy's
     weights. The base path must still exist (it holds the architecture and the tokenizer)."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError) as err:
-        raise ValueError(f"model.name_or_path={path!r}: cannot read the checkpoint ({err})") from err
+    ckpt = read_checkpoint(path, "model.name_or_path")
     base = (ckpt.get("hyper_parameters") or {}).get("name_or_path")
     weights = {k[len("policy."):]: v for k, v in ckpt.get("state_dict", {}).items() if k.startswith("policy.")}
     if base is None or not weights:
