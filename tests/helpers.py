@@ -154,3 +154,22 @@ def build_chat_model(out: Path) -> Path:
     LlamaForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+class DecisionLog(L.Callback):
+    """Writes what this rank decided at each step (bucket, temperature ladder, beta, lr) to
+    `<out>/decisions-rank<R>.json` at the end of training: ranks must agree on all of it."""
+
+    def __init__(self, out: str) -> None:
+        self.out, self.seen = Path(out), {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.rollout_settings.temperatures),
+                           "beta": pl_module.algo.beta(step), "lr": trainer.optimizers[0].param_groups[0]["lr"]}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        import json
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"decisions-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))

@@ -173,13 +173,16 @@ def test_bad_config_fails_before_any_model_loads(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("ranks", [[], ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]],
+                         ids=["1-process", "2-rank-ddp"])
+def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_run(tmp_path, ranks):
     """Killed at the start of step 4, right after the step-3 checkpoint, mid health window
     (every 2 steps); resumed with resume=auto in the same run directory. Every later train/loss,
-    health/*, rollout/* and eval/* point equals the uninterrupted run's."""
+    health/*, rollout/* and eval/* point equals the uninterrupted run's. With 2 ranks every rank
+    kills itself (a node lost whole), and each rank's random streams come back from the checkpoint."""
     common = ["debug=fast", *TINY, "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=3",
               "callbacks.health.every_n_steps=2", "callbacks.health.bucket_every_n_steps=4",
-              "reward=similarity", "rollout.filter.zero_std=true", "rollout.filter.refill=true", *ACTING]
+              "reward=similarity", "rollout.filter.zero_std=true", "rollout.filter.refill=true", *ACTING, *ranks]
     whole = run_train(tmp_path / "whole", common, cache=tmp_path / "cache")
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = run_train(tmp_path / "cut", [*common, "+callbacks.kill._target_=helpers.KillAt",
