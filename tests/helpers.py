@@ -173,3 +173,36 @@ class DecisionLog(L.Callback):
 
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"decisions-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+RESUMED_TAGS = ("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/", "curriculum/")
+
+
+def kill_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int) -> tuple[dict, int]:
+    """Run `overrides` whole; run them again SIGKILLed when step `kill_at` starts (right after its
+    checkpoint: checkpoints every `kill_at` steps are the caller's), then resume=auto in the same run
+    directory. Every later point of RESUMED_TAGS must equal the whole run's (1e-5). Returns the
+    whole run's scalars and how many points were compared."""
+    import pytest
+
+    whole = run_train(tmp_path / "whole", overrides, cache=tmp_path / "cache")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = run_train(tmp_path / "cut", [*overrides, "+callbacks.kill._target_=helpers.KillAt",
+                                          f"+callbacks.kill.step={kill_at}"], cache=tmp_path / "cache")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert (tmp_path / "cut" / "run" / "checkpoints" / f"step-{kill_at}.ckpt").is_file()
+    resumed = run_train(tmp_path / "cut", [*overrides, "resume=auto"], cache=tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume=auto: continuing from" in resumed.stdout + resumed.stderr
+    expected, got = read_scalars(tmp_path / "whole" / "run"), read_scalars(tmp_path / "cut" / "run")
+    compared = 0
+    for tag, points in expected.items():
+        if not tag.startswith(RESUMED_TAGS):
+            continue
+        later = [(s, v) for s, v in points if s > kill_at]
+        mine = sorted((s, v) for s, v in got.get(tag, []) if s > kill_at)
+        assert [s for s, _ in mine] == [s for s, _ in later], tag
+        for (_, a), (_, b) in zip(mine, later, strict=True):
+            assert a == pytest.approx(b, abs=1e-5), tag
+        compared += len(later)
+    return expected, compared

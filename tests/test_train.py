@@ -2,12 +2,11 @@
 process itself is the behaviour; through train(cfg) in this process otherwise."""
 
 import math
-import signal
 
 import pytest
 import torch
 
-from helpers import TINY, all_finite, read_events, read_scalars, run_train, train_here
+from helpers import TINY, all_finite, kill_resume_and_compare, read_events, read_scalars, run_train, train_here
 
 HEALTH = [
     "health/reward_mean",
@@ -183,28 +182,7 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
     common = ["debug=fast", *TINY, "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=3",
               "callbacks.health.every_n_steps=2", "callbacks.health.bucket_every_n_steps=4",
               "reward=similarity", "rollout.filter.zero_std=true", "rollout.filter.refill=true", *ACTING, *ranks]
-    whole = run_train(tmp_path / "whole", common, cache=tmp_path / "cache")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = run_train(tmp_path / "cut", [*common, "+callbacks.kill._target_=helpers.KillAt",
-                                           "+callbacks.kill.step=3"], cache=tmp_path / "cache")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert (tmp_path / "cut" / "run" / "checkpoints" / "step-3.ckpt").is_file()
-    resumed = run_train(tmp_path / "cut", [*common, "resume=auto"], cache=tmp_path / "cache")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    said = resumed.stdout + resumed.stderr
-    assert "resume=auto: continuing from" in said
-    expected, got = read_scalars(tmp_path / "whole" / "run"), read_scalars(tmp_path / "cut" / "run")
-    compared = 0
-    for tag, points in expected.items():
-        if not tag.startswith(("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/",
-                               "curriculum/")):
-            continue
-        later = [(s, v) for s, v in points if s > 3]
-        mine = sorted((s, v) for s, v in got.get(tag, []) if s > 3)
-        assert [s for s, _ in mine] == [s for s, _ in later], tag
-        for (_, a), (_, b) in zip(mine, later, strict=True):
-            assert a == pytest.approx(b, abs=1e-5), tag
-        compared += len(later)
+    expected, compared = kill_resume_and_compare(tmp_path, common, kill_at=3)
     assert compared > 40 and any(s == 4 for s, _ in expected["health/reward_mean"])  # the window spans the kill
     # real updates, not an idle run: the policy moved away from the reference (the GRPO loss
     # itself is ~0 with one update per rollout: zero-mean advantages at ratio 1)

@@ -37,8 +37,14 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir):
-    engine = VLLMEngine(dtype="float32", enforce_eager=True, max_model_len=512)
+def engine(model_dir, tmp_path_factory):
+    from hydra.utils import instantiate
+
+    from helpers import compose_cfg
+
+    # the settings a run with rollout/engine=vllm_cpu builds
+    engine = instantiate(compose_cfg(tmp_path_factory.mktemp("cfg"), ["rollout/engine=vllm_cpu"]).rollout.engine)
+    assert isinstance(engine, VLLMEngine)
     engine.setup(str(model_dir), load_tokenizer(str(model_dir)), seed=0)
     return engine
 
@@ -173,3 +179,15 @@ def test_a_push_drops_the_prefix_cache_of_the_old_weights(model_dir, engine):
     ro = engine.generate(policy, tokenizer, long, torch.ones(len(long)), 1.0, 8,
                          generator=torch.Generator().manual_seed(0))
     assert max_gap(policy, ro) < TOL
+
+
+def test_a_rollout_of_more_prompt_tokens_than_one_engine_step_holds(model_dir, engine):
+    """16 x 8 rows of ~60-token prompts: > 4096 prompt tokens, vLLM's per-step budget; seeded
+    requests must survive being scheduled over several steps."""
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    push(engine, policy)
+    texts = [f"Question {i}: what is {i} + {2 * i} - 7? Think, then answer. " for i in range(16) for _ in range(8)]
+    assert sum(len(t) for t in texts) > 4096
+    ro = engine.generate(policy, tokenizer, texts, torch.ones(len(texts)), 1.0, 8,
+                         generator=torch.Generator().manual_seed(0))
+    assert ro.completion_mask.sum() >= len(texts) and max_gap(policy, ro) < TOL

@@ -15,7 +15,7 @@ pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with v
 
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
 from grpo_aug.pipeline import build_parts, evaluate, train  # noqa: E402
-from helpers import compose_cfg, read_scalars  # noqa: E402
+from helpers import compose_cfg, kill_resume_and_compare, read_scalars  # noqa: E402
 
 VLLM_TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
              "model.tiny.intermediate_size=128", "rollout/engine=vllm_cpu"]
@@ -59,3 +59,14 @@ def test_the_pass_rate_pre_pass_samples_through_the_engine(tmp_path, caplog):
     with pytest.raises(ValueError, match="bucket 'easy'"):  # a random policy solves nothing: all hard
         build_parts(cfg)
     assert re.search(r"tiers=pass_rate \(training, (\d+) prompts\): easy 0  medium 0  hard \1;", caplog.text)
+
+
+@pytest.mark.slow
+def test_a_killed_vllm_run_resumes_to_the_uninterrupted_runs_numbers(tmp_path):
+    """What a checkpoint restores under vLLM: the policy (pushed into the fresh engine at the first
+    rollout) and the rollout stream that seeds each request; the engine's prefix cache is not kept,
+    and need not be (it is dropped at every push)."""
+    common = ["debug=fast", *VLLM_TINY, "trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=3",
+              "callbacks.health.every_n_steps=2", "reward=similarity", "rollout.top_p=1.0"]
+    expected, compared = kill_resume_and_compare(tmp_path, common, kill_at=3)
+    assert compared > 20 and any(v > 0 for s, v in expected["train/kl_max"] if s > 3)
