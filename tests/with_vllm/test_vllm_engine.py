@@ -44,7 +44,7 @@ def engine(model_dir, tmp_path_factory):
 
     # the settings a run with rollout/engine=vllm_cpu builds
     engine = instantiate(compose_cfg(tmp_path_factory.mktemp("cfg"), ["rollout/engine=vllm_cpu"]).rollout.engine)
-    assert isinstance(engine, VLLMEngine)
+    assert isinstance(engine, VLLMEngine) and not engine.chunked_prefill
     engine.setup(str(model_dir), load_tokenizer(str(model_dir)), seed=0)
     return engine
 

