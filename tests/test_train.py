@@ -36,8 +36,8 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert [step for step, _ in scalars["eval/accuracy/easy"]] == [0, 2, 4]  # before step 1, then every 2
     for b in ("easy", "medium", "hard"):
         assert [step for step, _ in scalars[f"curriculum/weight/{b}"]] == [1, 2, 3, 4]
-    # the bandit default starts at values easy 0.5, medium 0, hard 0 (temperature 0.1, explore 0.06)
-    first_easy = 0.94 * math.exp(5) / (math.exp(5) + 2) + 0.02
+    # the bandit default starts at values easy 0.5, medium 0.5, hard 0 (temperature 0.1, explore 0.06)
+    first_easy = 0.94 * math.exp(5) / (2 * math.exp(5) + 1) + 0.02
     assert scalars["curriculum/weight/easy"][0][1] == pytest.approx(first_easy, abs=1e-6)
     assert {v for _, v in scalars["curriculum/bucket"]} <= {0.0, 1.0, 2.0}
     per_bucket = [k for k in scalars if k.startswith("health/reward_mean/")]
