@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
+from grpo_aug.algo.advantages import NoScale
 from grpo_aug.algo.aggregate import ConstantNorm, RowMean, TokenMean
 from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
 from grpo_aug.data.prompt_format import ChatPrompt
@@ -32,7 +33,7 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert rollout.filter.zero_std and rollout.filter.refill
 
     cfg, algo, rollout = _settings(tmp_path, "dr_grpo")
-    assert isinstance(algo.loss, ConstantNorm) and algo.scale_by_std is False and algo.needs_reference
+    assert isinstance(algo.loss, ConstantNorm) and isinstance(algo.scale_rewards, NoScale) and algo.needs_reference
 
     cfg, algo, rollout = _settings(tmp_path, "gspo")
     assert isinstance(algo.ratio, SequenceRatio) and algo.clip_eps_high == pytest.approx(4e-4)

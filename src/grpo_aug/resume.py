@@ -122,6 +122,13 @@ def rank_any(module, flag: bool) -> bool:
     return bool(module.trainer.strategy.reduce(value, reduce_op="sum") > 0)
 
 
+def rank_sum(module, values: torch.Tensor) -> torch.Tensor:
+    """`values` added over ranks (themselves outside a Trainer)."""
+    if module._trainer is None:
+        return values
+    return module.trainer.strategy.reduce(values.to(module.device), reduce_op="sum")
+
+
 def rank_mean(module, value: float) -> float:
     """The mean of `value` over ranks (itself outside a Trainer)."""
     if module._trainer is None:

@@ -3,7 +3,7 @@ import re
 import pytest
 import torch
 
-from grpo_aug.algo.advantages import group_advantages
+from grpo_aug.algo.advantages import NoScale, group_advantages
 from grpo_aug.algo.beta import ConstantBeta, LinearBeta, RelaxBeta
 from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
 
@@ -40,9 +40,9 @@ def test_repetition_mask_on_hand_made_tokens():
     assert repetition_mask([1, 2], ngram=3, max_repeats=1) == [1, 1]
 
 
-def test_scale_by_std_off_keeps_centred_rewards():
+def test_no_scale_keeps_centred_rewards():
     r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
-    assert group_advantages(r, scale_by_std=False).tolist() == [[0.75, -0.25, -0.25, -0.25]]
+    assert group_advantages(r, scale=NoScale()).tolist() == [[0.75, -0.25, -0.25, -0.25]]
     std = ((0.75**2 + 3 * 0.25**2) / 3) ** 0.5  # unbiased std of {1, 0, 0, 0} = 0.5
     assert group_advantages(r)[0, 0].item() == pytest.approx(0.75 / std, rel=1e-5)
 

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_aug.algo.advantages import GroupScale
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
 from grpo_aug.algo.engine_correction import TokenTruncate
@@ -25,7 +26,7 @@ class AlgoSettings:
     clip_ratio_c: float | None = None  # verl's dual clip for negative advantages (> 1); None = off
     entropy_coef: float = 0.0  # entropy bonus weight; 0 = off
     adv_clip: float = 10.0
-    scale_by_std: bool = True
+    scale_rewards: Any = field(default_factory=GroupScale)  # algo/scale_rewards: group | batch | none
     num_iterations: int = 1  # mu: optimizer passes over each rollout
     minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
     max_grad_norm: float | None = 1.0
@@ -47,6 +48,9 @@ class AlgoSettings:
             raise ValueError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
                              f"relax, then e.g. algo.beta.value=0.04), got {self.beta!r}")
         checks = [
+            (hasattr(self.scale_rewards, "divisor"),
+             f"algo.scale_rewards must be a variant from the algo/scale_rewards group (algo/scale_rewards=group|batch|"
+             f"none), got {self.scale_rewards!r}"),
             (callable(self.kl), f"algo.kl must be an estimator from the algo/kl group (algo/kl=k1|k2|k3), "
                                 f"got {self.kl!r}"),
             (callable(self.ratio), f"algo.ratio must be a level from the algo/ratio group (algo/ratio=token|sequence), "

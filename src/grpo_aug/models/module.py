@@ -12,6 +12,7 @@ import lightning as L
 import torch
 
 from grpo_aug.algo import group_advantages
+from grpo_aug.algo.advantages import batch_reward_std
 from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText, loss_mask
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm, lr_factor
@@ -29,7 +30,7 @@ from grpo_aug.models.run_counts import RunCounts, RunStream
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
-from grpo_aug.resume import gather_per_rank, rank_any, rank_mean
+from grpo_aug.resume import gather_per_rank, rank_any, rank_mean, rank_sum
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
@@ -216,8 +217,12 @@ class GRPOModule(L.LightningModule):
 
         # 4. advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.reward.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
-        advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip,
-                                      scale_by_std=a.scale_by_std).reshape(-1)  # [B*G]
+        batch_std = None
+        if a.scale_rewards.needs_batch_std:  # every counted reward of the step, flat groups and all ranks included
+            batch_std = batch_reward_std(self.reward.winsorize(sampled.rewards, sampled.valid), sampled.valid,
+                                         functools.partial(rank_sum, self))
+        advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip, scale=a.scale_rewards,
+                                      batch_std=batch_std).reshape(-1)  # [B*G]
 
         # 5. reference log-probs, and the rollout policy's when it changes before the last update
         ref_logps = old_logps = None
