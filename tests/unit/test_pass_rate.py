@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 
 from grpo_aug.data.pass_rate import pass_rates, tier
+from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.pipeline import build_parts
@@ -30,7 +31,7 @@ def test_pass_rate_is_the_share_of_the_k_samples_scored_right(tiny_model_dir):
         seen[record.id] += 1
         return 1.0 if seen[record.id] <= right[record.id] else 0.0
 
-    rates = pass_rates(HFEngine(), policy, tokenizer, list, correct, RECORDS, samples=4, temperature=1.0,
+    rates = pass_rates(HFEngine(), policy, tokenizer, PlainPrompt(), correct, RECORDS, samples=4, temperature=1.0,
                        max_new_tokens=3, prompts_per_batch=2)
     assert rates == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert all(n == 4 for n in seen.values())

@@ -2,6 +2,7 @@
 the rollout feeds the model, with a ChatML BPE tokenizer built here."""
 
 import functools
+import json
 
 import pytest
 import torch
@@ -77,3 +78,52 @@ def test_chat_without_a_template_is_a_clear_error(tiny_model_dir):
     with pytest.raises(ValueError, match=r"data/prompt_format=chat needs a tokenizer with a chat template, "
                                          r"and the one at .* has none"):
         _module(tiny_model_dir, ChatPrompt())
+
+
+CONVERSATIONS = [
+    {"prompt": [{"role": "system", "content": "Answer with a number."},
+                {"role": "user", "content": "What is 2 + 3?"}], "answer": "5", "level": 1, "source": "a"},
+    {"prompt": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "What is 4 + 4?"}], "answer": "8", "level": 2, "source": "b"},
+]
+
+
+def _conversational_source(tmp_path, rows):
+    from grpo_aug.data.dataset import DatasetSource
+
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return DatasetSource(str(path), columns={"question": "prompt", "difficulty": "level"}), path
+
+
+def test_conversational_rows_render_every_message_and_the_datas_system_wins(tmp_path, chat_model_dir):
+    records = _conversational_source(tmp_path, CONVERSATIONS)[0].load()
+    assert records[0].question == records[0].prompt == "What is 2 + 3?"
+    assert records[0].context == (("system", "Answer with a number."),)
+    assert records[1].context == (("user", "Hi"), ("assistant", "Hello."))
+    assert records[1].columns == {"answer": "8", "level": 2, "source": "b"}  # every column but the prompt
+    tok = PreTrainedTokenizerFast.from_pretrained(chat_model_dir)
+    fmt = ChatPrompt(system_prompt="Be brief.").bind(tok)
+    texts = fmt([r.prompt for r in records], [r.context for r in records])
+    # the template applied to the rows as written; row 1 has no system message, so system_prompt leads
+    expected = [tok.apply_chat_template(CONVERSATIONS[0]["prompt"], tokenize=False, add_generation_prompt=True),
+                tok.apply_chat_template([{"role": "system", "content": "Be brief."}, *CONVERSATIONS[1]["prompt"]],
+                                        tokenize=False, add_generation_prompt=True)]
+    assert texts == expected
+    assert texts[0].count("<|im_start|>system") == 1 and "Be brief." not in texts[0]
+    with pytest.raises(ValueError, match="data/prompt_format=chat"):
+        PlainPrompt()([r.prompt for r in records], [r.context for r in records])
+
+
+@pytest.mark.parametrize("bad,what", [
+    ([{"role": "user"}], "message 0"),
+    ([{"role": "robot", "content": "x"}], "message 0"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "must end with a non-empty user"),
+    ([], "must end with a non-empty user"),
+])
+def test_bad_conversations_are_named_by_file_and_line(tmp_path, bad, what):
+    from grpo_aug.data.gsm8k import BadRow
+
+    source, path = _conversational_source(tmp_path, [CONVERSATIONS[0], {**CONVERSATIONS[1], "prompt": bad}])
+    with pytest.raises(BadRow, match=rf"{path}:2: column 'prompt' {what}"):
+        source.load()

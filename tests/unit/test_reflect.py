@@ -8,6 +8,7 @@ import torch
 
 from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.module import GRPOModule
@@ -41,7 +42,7 @@ def test_all_wrong_groups_get_hinted_rows_spliced_under_the_original_prompt():
         return rollout_from_ids([[1, 2, 11, 12]] * 2, [[5, 6, 2], [5, 2]], [[-0.1, -0.2, -0.3], [-0.4, -0.5]],
                                 temps, ["#### 76", "#### 76"], [True, True], 0)
 
-    out, hinted = Reflection(rows=2).apply(generate, list, [P0, P1], ro, 3, pad_id=0)
+    out, hinted = Reflection(rows=2).apply(generate, PlainPrompt(), [P0, P1], ro, 3, pad_id=0)
     texts, temps = asked[0]
     assert texts == ["Q: What is 47 + 38 - 9? Hint: the first step is 47+38 = 85.\nA: "] * 2
     assert temps == pytest.approx([1.0, 1.5])  # the replaced rows' own temperature slots

@@ -1,7 +1,11 @@
 """Any question/answer dataset (`data=dataset`): a local JSONL, JSON, Parquet or CSV file, a
 directory of them, or a hub dataset id (through the `datasets` library, where a hub is reachable).
 
-Columns are mapped by name (`columns.question|answer|solution|difficulty`). The answer column is
+Columns are mapped by name (`columns.question|answer|solution|difficulty`). A question column
+that holds a list of `{role, content}` messages (TRL's conversational `prompt`) is a conversation:
+its last user message is the question, the messages before it go to the chat template
+(data/prompt_format=chat). Every column of a row is kept on its record for reward functions
+written for TRL, which take them as keyword arguments. The answer column is
 taken as written, or, with `answer_markers` (e.g. [boxed] for MATH solutions, [hash] for GSM8K's),
 the final answer is extracted from it. Tiers come from a difficulty column (numbers, or text with
 one, such as MATH's "Level 3": <= easy_max easy, <= medium_max medium, else hard), or, with
@@ -21,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_aug.data.gsm8k import bucket_for_steps
-from grpo_aug.data.records import Prompt
+from grpo_aug.data.records import ROLES, Prompt
 from grpo_aug.data.rows import BadRow, keep_good_rows
 from grpo_aug.rewards.answers import AnswerFormat, normalize
 
@@ -87,6 +91,19 @@ def read_rows(source: str, split: str) -> Iterator[tuple[str, object]]:
             yield f"{source}:{split}[row {i}]", row
 
 
+def conversation(messages: list, where: str, column: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    """A conversational prompt (a list of {role, content} messages ending with the user's) as
+    (the earlier messages as (role, content) pairs, the last user message)."""
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+            raise BadRow(f"{where}: column {column!r} message {i} is not a {{role, content}} message with a role in "
+                         f"{list(ROLES)} and text content: {str(m)[:80]!r}")
+    if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        raise BadRow(f"{where}: column {column!r} must end with a non-empty user message, got "
+                     f"{str(messages[-1:])[:80]!r}")
+    return tuple((m["role"], m["content"]) for m in messages[:-1]), messages[-1]["content"].strip()
+
+
 class DatasetSource:
     def __init__(self, path: str, split: str = "train", heldout_split: str | None = None,
                  heldout_path: str | None = None, heldout_share: float | None = None, columns: dict | None = None,
@@ -136,10 +153,12 @@ class DatasetSource:
         if not isinstance(row, dict):
             raise BadRow(f"{where}: expected an object with columns, got {type(row).__name__}")
         c = self.columns
-        values = {}
+        values, context = {}, ()
+        if isinstance(row.get(c["question"]), list):  # TRL's conversational format: a list of messages
+            context, values["question"] = conversation(row[c["question"]], where, c["question"])
         for key in ("question", "answer", "solution", "difficulty"):
             name = c[key]
-            if name is None:
+            if name is None or key in values:
                 continue
             value = row.get(name)
             if value is None or not str(value).strip():
@@ -163,7 +182,8 @@ class DatasetSource:
         row_id = row.get("id") or row.get("unique_id") or where
         return Prompt(id=str(row_id), question=values["question"],
                       prompt=self.prompt_template.format(question=values["question"]), answer=answer,
-                      solution=values.get("solution", values["answer"]), bucket=bucket)
+                      solution=values.get("solution", values["answer"]), bucket=bucket, context=context,
+                      columns={k: v for k, v in row.items() if k != c["question"]})
 
     def _read(self, split: str, on_bad_row: str, path: str | None = None) -> list[Prompt]:
         path = path or self.path

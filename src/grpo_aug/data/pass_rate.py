@@ -24,7 +24,7 @@ def tier(rate: float, easy_min: float, hard_max: float) -> str:
 
 
 @torch.no_grad()
-def pass_rates(engine, policy: torch.nn.Module, tokenizer, prompt_format: Callable[[list[str]], list[str]],
+def pass_rates(engine, policy: torch.nn.Module, tokenizer, prompt_format: Callable[..., list[str]],
                correct: Callable[[Prompt, str], float], records: Sequence[Prompt], samples: int,
                temperature: float, max_new_tokens: int, prompts_per_batch: int = 16, seed: int = 0) -> list[float]:
     """Each record's share of `samples` completions (at `temperature`, from the run's rollout
@@ -33,7 +33,8 @@ def pass_rates(engine, policy: torch.nn.Module, tokenizer, prompt_format: Callab
     rates = []
     for i in range(0, len(records), prompts_per_batch):
         batch = records[i : i + prompts_per_batch]
-        texts = prompt_format([r.prompt for r in batch for _ in range(samples)])
+        texts = prompt_format([r.prompt for r in batch for _ in range(samples)],
+                              [r.context for r in batch for _ in range(samples)])
         temps = torch.full((len(texts),), float(temperature))
         ro = engine.generate(policy, tokenizer, texts, temps, 1.0, max_new_tokens, generator=generator)
         for j, record in enumerate(batch):

@@ -2,10 +2,12 @@
 
     plain  the record's prompt text as it is (`Q: ...\nA: `), for base models
     chat   the record's prompt text becomes the user message of the tokenizer's own chat template,
-           after an optional system prompt, with the generation prompt added (instruct models)
+           after the row's earlier messages (conversational datasets) or an optional system
+           prompt, with the generation prompt added (instruct models). A system message in the
+           data wins over `system_prompt`.
 Method hints and variants change the record's text, so they stay inside the user message. The
-template is rendered once per distinct text, so a group's G rows still share one prompt and one
-prefill.
+template is rendered once per distinct text and context, so a group's G rows still share one
+prompt and one prefill.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase
 
 MAX_RENDERED = 100_000  # rendered prompts kept for reuse
+Context = tuple[tuple[str, str], ...]  # (role, content) messages before the user's text
 
 
 class PlainPrompt:
     def bind(self, tokenizer: PreTrainedTokenizerBase, where: str = "") -> PlainPrompt:
         return self
 
-    def __call__(self, texts: Sequence[str]) -> list[str]:
+    def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
+        if contexts is not None and any(contexts):
+            raise ValueError("the dataset's prompts are conversations (lists of {role, content} messages): render "
+                             "them with data/prompt_format=chat (a model with a chat template)")
         return list(texts)
 
 
@@ -29,7 +35,7 @@ class ChatPrompt:
     def __init__(self, system_prompt: str | None = None) -> None:
         self.system_prompt = system_prompt or None
         self.tokenizer: PreTrainedTokenizerBase | None = None
-        self._rendered: dict[str, str] = {}
+        self._rendered: dict[tuple[Context, str], str] = {}
 
     def bind(self, tokenizer: PreTrainedTokenizerBase, where: str = "") -> ChatPrompt:
         """Check the tokenizer has a template; fails before training starts."""
@@ -40,17 +46,19 @@ class ChatPrompt:
         self.tokenizer, self._rendered = tokenizer, {}
         return self
 
-    def messages(self, text: str) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": text}]
+    def messages(self, text: str, context: Context = ()) -> list[dict[str, str]]:
+        has_system = any(role == "system" for role, _ in context)
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt and not has_system else []
+        return [*system, *({"role": r, "content": c} for r, c in context), {"role": "user", "content": text}]
 
-    def __call__(self, texts: Sequence[str]) -> list[str]:
+    def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
         if self.tokenizer is None:
             raise RuntimeError("ChatPrompt.bind(tokenizer) must run before prompts are formatted")
         if len(self._rendered) > MAX_RENDERED:  # a long run with many variants: start over
             self._rendered = {}
-        for text in dict.fromkeys(texts):
-            if text not in self._rendered:
-                self._rendered[text] = self.tokenizer.apply_chat_template(
-                    self.messages(text), tokenize=False, add_generation_prompt=True)
-        return [self._rendered[text] for text in texts]
+        keys = list(zip(contexts or [()] * len(texts), texts, strict=True))
+        for key in dict.fromkeys(keys):
+            if key not in self._rendered:
+                self._rendered[key] = self.tokenizer.apply_chat_template(
+                    self.messages(key[1], key[0]), tokenize=False, add_generation_prompt=True)
+        return [self._rendered[key] for key in keys]

@@ -120,7 +120,7 @@ class RoleReversal:
         start, end = places[0].span()
         question = (f"{record.question[:start]}X{record.question[end:]} The answer is {record.answer}. "
                     "What is X?")
-        return replace(record, question=question, prompt=record.prompt.replace(record.question, question),
+        return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question),
                        answer=_text(x), solution="\n".join(lines) + f"\n#### {_text(x)}")
 
 
@@ -158,5 +158,5 @@ class ConstraintChange:
         if value == _value(record.answer):
             raise VariantFailed("the swap leaves the answer unchanged")
         question = f"What is {expression}?"
-        return replace(record, question=question, prompt=record.prompt.replace(record.question, question),
+        return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question),
                        answer=_text(value), solution="\n".join(lines) + f"\n#### {_text(value)}")

@@ -140,7 +140,7 @@ class NumericSubstitution:
         answer = _format(results[final], record.answer)
         question = _NUMBER.sub(lambda m: swap.get(_value(m.group(0)), m.group(0)), record.question)
         solution = self._rewrite_solution(record.solution, new_steps, swap, results, answer)
-        return replace(record, question=question, prompt=record.prompt.replace(record.question, question),
+        return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question),
                        answer=answer, solution=solution)
 
     @staticmethod
@@ -192,7 +192,7 @@ class Rephrase:
             a, b = steps[0].group(1), steps[0].group(3)
             forms += [lambda: f"What is {b} + {a}?", lambda: f"What is {b} more than {a}?"]
         question = rng.choice(forms)()
-        return replace(record, question=question, prompt=record.prompt.replace(record.question, question))
+        return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question))
 
     @staticmethod
     def _instructions(steps) -> str:

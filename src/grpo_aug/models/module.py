@@ -186,7 +186,7 @@ class GRPOModule(L.LightningModule):
 
     def _reference_logprobs(self, prompts: list[Prompt]) -> list[float]:
         """log p(reference solution | prompt) under the policy now, for the selector."""
-        texts = self.prompt_format([p.prompt for p in prompts])
+        texts = self.prompt_format([p.prompt for p in prompts], [p.context for p in prompts])
         return reference_logprobs(self.policy, self.tokenizer, texts, [p.solution for p in prompts],
                                   self.rollout_settings.max_new_tokens)
 
@@ -320,9 +320,9 @@ class GRPOModule(L.LightningModule):
             return  # unsharded ranks need not join each other's forwards
         engine = self.sampler.engine
         engine.sync(self.policy, self.global_step)  # an external engine evaluates the weights trained so far
-        self.val_accuracy.evaluate(engine, self.policy, self.tokenizer, self.prompt_format([p.prompt for p in batch]),
-                                   batch, self.eval_max_new_tokens, seed, self.device, self.sampler.all_done(),
-                                   counted=not padding)
+        texts = self.prompt_format([p.prompt for p in batch], [p.context for p in batch])
+        self.val_accuracy.evaluate(engine, self.policy, self.tokenizer, texts, batch, self.eval_max_new_tokens, seed,
+                                   self.device, self.sampler.all_done(), counted=not padding)
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = accuracy = self.val_accuracy.compute()

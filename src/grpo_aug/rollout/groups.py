@@ -15,6 +15,7 @@ import torch
 
 from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.algo.masks import overlong_penalty
+from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rollout.downsample import max_variance_subset
@@ -71,12 +72,12 @@ class GroupSampler:
     per call: the adaptive temperature callback changes the ladder during a run."""
 
     def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
-                 prompt_pool: PromptPool | None = None, prompt_format: Callable[[list[str]], list[str]] | None = None,
+                 prompt_pool: PromptPool | None = None, prompt_format: Callable[..., list[str]] | None = None,
                  engine: HFEngine | VLLMEngine | None = None, reflect: Reflection | NoReflection | None = None) -> None:
         self.engine = engine or HFEngine()
         self.reflect = reflect or NoReflection()
         self.tokenizer = tokenizer
-        self.prompt_format = prompt_format or list  # record text -> model input text (data/prompt_format)
+        self.prompt_format = prompt_format or PlainPrompt()  # record text -> model input text (data/prompt_format)
         # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
         self.any_rank: Callable[[bool], bool] | None = None
         self.reward = reward
@@ -96,7 +97,8 @@ class GroupSampler:
         R = s.rows_per_prompt  # G, or k x G before down-sampling
         device = next(policy.parameters()).device
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
-        texts = self.prompt_format(s.row_prompts(prompts))  # hints go into the user message, then the template
+        # hints go into the user message, then the template
+        texts = self.prompt_format(s.row_prompts(prompts), [p.context for p in prompts for _ in range(R)])
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=self.all_done())
         tokens = int(ro.completion_mask.sum())

@@ -57,7 +57,7 @@ class Reflection:
         common = collections.Counter(stated).most_common(1)[0][0]
         return f"Hint: a previous attempt answered {common}, which is wrong."
 
-    def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[[list[str]], list[str]],
+    def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
               prompts: Sequence[Prompt], ro: Rollout, rows_per_prompt: int, pad_id: int,
               ) -> tuple[Rollout, torch.Tensor]:
         """The rollout with the last rows of every all-wrong group replaced by hinted rows, and
@@ -66,7 +66,7 @@ class Reflection:
         hinted = torch.zeros(len(ro.texts), dtype=torch.bool)
         if ro.sample_logprobs is None:
             raise ValueError("rollout/reflect needs an engine that reports its log-probs (the off-policy correction)")
-        targets, texts = [], []
+        targets, texts, contexts = [], [], []
         for b, prompt in enumerate(prompts):
             group = ro.texts[b * R : (b + 1) * R]
             if any(self.answer.correct(text, prompt.answer) for text in group):
@@ -79,10 +79,11 @@ class Reflection:
             rows = list(range(b * R + R - k, (b + 1) * R))
             targets += rows
             texts += [hinted_prompt] * k
+            contexts += [prompt.context] * k
         if not targets:
             return ro, hinted
         index = torch.tensor(targets, device=ro.input_ids.device)
-        fresh = generate(prompt_format(texts), ro.temperatures[index])  # under the hinted prompts
+        fresh = generate(prompt_format(texts, contexts), ro.temperatures[index])  # under the hinted prompts
         # the hinted completions under the original prompts, with the sampler's (hinted) log-probs
         keep = ro.attention_mask[index, : ro.prompt_len].bool()
         done = fresh.completion_mask.bool()
