@@ -89,8 +89,9 @@ def pair_auc(ref: float, corrupted: list[float]) -> list[float]:
     return [1.0 if ref > c else 0.5 if ref == c else 0.0 for c in corrupted]
 
 
-def discrimination(reward, prompts: list[Prompt], seed: int) -> dict[str, float]:
-    """AUC per corruption kind and over all pairs, scoring with the run's own reward."""
+def discrimination(reward, prompts: list[Prompt], seed: int, tokenizer=None) -> dict[str, float]:
+    """AUC per corruption kind and over all pairs, scoring with the run's own reward (the
+    tokenizer gives batched reward functions their completions' token ids)."""
     rng = random.Random(f"{seed}-preflight")
     pairs: dict[str, list[float]] = {"wrong final number": [], "steps out of order": [], "cut before the answer": []}
     for p in prompts:
@@ -98,7 +99,9 @@ def discrimination(reward, prompts: list[Prompt], seed: int) -> dict[str, float]
                     "steps out of order": shuffled_steps(p.solution, rng),
                     "cut before the answer": cut_before_answer(p.solution, p.answer)}
         kinds = [k for k, v in variants.items() if v is not None]
-        scores = reward.score([p], [[p.solution] + [variants[k] for k in kinds]])
+        texts = [p.solution] + [variants[k] for k in kinds]
+        ids = tokenizer(texts, add_special_tokens=False).input_ids if tokenizer is not None else None
+        scores = reward.score([p], [texts], ids)
         if not bool(scores.scored[0, 0]):
             continue
         total = scores.total[0].tolist()
@@ -213,7 +216,7 @@ def preflight(cfg: DictConfig) -> int:
     module, datamodule, _ = build_parts(cfg)
     module.configure_model()
     samples = sample_batches(module, datamodule, settings.batches)
-    aucs = discrimination(module.reward, samples.prompts, cfg.seed)
+    aucs = discrimination(module.reward, samples.prompts, cfg.seed, module.tokenizer)
     checks = run_checks(samples, aucs, settings)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -153,7 +153,7 @@ class DatasetSource:
         if not isinstance(row, dict):
             raise BadRow(f"{where}: expected an object with columns, got {type(row).__name__}")
         c = self.columns
-        values, context = {}, ()
+        values, context = {}, None
         if isinstance(row.get(c["question"]), list):  # TRL's conversational format: a list of messages
             context, values["question"] = conversation(row[c["question"]], where, c["question"])
         for key in ("question", "answer", "solution", "difficulty"):

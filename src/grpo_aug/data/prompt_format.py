@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase
 
 MAX_RENDERED = 100_000  # rendered prompts kept for reuse
-Context = tuple[tuple[str, str], ...]  # (role, content) messages before the user's text
+Context = tuple[tuple[str, str], ...] | None  # (role, content) messages before the user's text; None: a text prompt
 
 
 class PlainPrompt:
@@ -25,7 +25,7 @@ class PlainPrompt:
         return self
 
     def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
-        if contexts is not None and any(contexts):
+        if contexts is not None and any(c is not None for c in contexts):
             raise ValueError("the dataset's prompts are conversations (lists of {role, content} messages): render "
                              "them with data/prompt_format=chat (a model with a chat template)")
         return list(texts)
@@ -46,7 +46,8 @@ class ChatPrompt:
         self.tokenizer, self._rendered = tokenizer, {}
         return self
 
-    def messages(self, text: str, context: Context = ()) -> list[dict[str, str]]:
+    def messages(self, text: str, context: Context = None) -> list[dict[str, str]]:
+        context = context or ()
         has_system = any(role == "system" for role, _ in context)
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt and not has_system else []
         return [*system, *({"role": r, "content": c} for r, c in context), {"role": "user", "content": text}]
@@ -56,7 +57,7 @@ class ChatPrompt:
             raise RuntimeError("ChatPrompt.bind(tokenizer) must run before prompts are formatted")
         if len(self._rendered) > MAX_RENDERED:  # a long run with many variants: start over
             self._rendered = {}
-        keys = list(zip(contexts or [()] * len(texts), texts, strict=True))
+        keys = list(zip(contexts or [None] * len(texts), texts, strict=True))
         for key in dict.fromkeys(keys):
             if key not in self._rendered:
                 self._rendered[key] = self.tokenizer.apply_chat_template(

@@ -18,9 +18,10 @@ class Prompt:
     another record keeps that record's id in `source_id`.
 
     A conversational row (TRL's format: a list of `{role, content}` messages) keeps the messages
-    before its last user message in `context`, as (role, content) pairs; `prompt` is that last
-    user message. `columns` holds a dataset row's columns as read, for reward functions that take
-    them as keyword arguments (None for records built here).
+    before its last user message in `context`, as (role, content) pairs (maybe none); `prompt` is
+    that last user message. `context` is None for a text prompt. `columns` holds a dataset row's
+    columns as read, for reward functions that take them as keyword arguments (None for records
+    built here, and for variants, whose columns would be stale).
     """
 
     id: str
@@ -30,10 +31,10 @@ class Prompt:
     solution: str
     bucket: str
     source_id: str | None = None
-    context: tuple[tuple[str, str], ...] = ()
+    context: tuple[tuple[str, str], ...] | None = None
     columns: Mapping[str, object] | None = field(default=None, compare=False, hash=False, repr=False)
 
     def messages(self, text: str | None = None) -> list[dict[str, str]]:
         """The conversation as messages, ending with `text` (default: the prompt) as the user's."""
-        return [*({"role": r, "content": c} for r, c in self.context),
+        return [*({"role": r, "content": c} for r, c in self.context or ()),
                 {"role": "user", "content": self.prompt if text is None else text}]

@@ -32,6 +32,7 @@ from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
 from grpo_aug.resume import gather_per_rank, rank_any, rank_mean, rank_sum
 from grpo_aug.rewards import AnswerFormat, RewardSet
+from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.groups import GroupSampler, PromptPool
 from grpo_aug.rollout.likelihood import reference_logprobs
@@ -201,7 +202,8 @@ class GRPOModule(L.LightningModule):
         rollout_step = self.global_step // a.updates_per_rollout  # the sampler's step
         picked = self.selection.pick(batch, rollout_step, self._reference_logprobs)
         self.sampler.engine.sync(self.policy, self.global_step)  # an external engine samples from these weights
-        sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator)
+        state = TrainerState(self.global_step, self.trainer.max_steps if self._trainer is not None else 0)
+        sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator, state)
         # every rank's outcomes update the history, the selector and the online buckets alike
         self.selection.observe(picked, sampled, rollout_step, s.rows_per_prompt, gather_per_rank)
         keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]

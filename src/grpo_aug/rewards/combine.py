@@ -1,11 +1,13 @@
 """The configured reward: a weighted sum of reward functions over a [B, G] grid of completions.
 
-A function returns a float, or None when it cannot score a completion. An unscorable row gets
+A function is called per row, (prompt record, completion) -> float | None, or, when it is batched
+(a `TRLReward`: a function written for TRL's GRPOTrainer), once per step with every row, returning
+a list with one float or None per row. None means it cannot score a completion. An unscorable row gets
 advantage 0 and is left out of its group's mean and std; it is never turned into a 0 score.
 A function that raises either stops the step with an error naming it and the prompt
-(`on_error: raise`, the default) or, with `on_error: skip`, makes that row unscorable and is
+(`on_error: raise`, the default) or, with `on_error: skip`, makes the rows of that call unscorable,
 counted in `reward/errors/<name>`. With `timeout_s` set, every call runs in a child process with
-that deadline (grpo_aug.rewards.worker); a call past it makes the row unscorable, is counted in
+that deadline (grpo_aug.rewards.worker); a call past it makes its rows unscorable, counted in
 `reward/timeouts/<name>`, and the run goes on.
 """
 
@@ -19,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 from grpo_aug.rewards.worker import TimedCalls
 
@@ -38,7 +41,8 @@ class ChildError(Exception):
 
 
 class RewardFunction:
-    """One entry of `reward.functions`: a callable (prompt, completion) -> float | None.
+    """One entry of `reward.functions`: a callable (prompt, completion) -> float | None, or a
+    batched one (`fn.batched`, e.g. a TRLReward).
 
     weight: its share of the total reward (>= 0; 0 for a pure filter).
     min_score: when set, a row scoring below it is filtered out of the loss and group statistics.
@@ -50,6 +54,7 @@ class RewardFunction:
         self.weight = float(weight)
         self.min_score = None if min_score is None else float(min_score)
         self.name = name or getattr(fn, "name", type(fn).__name__)
+        self.batched = bool(getattr(fn, "batched", False))
 
 
 class Scores(NamedTuple):
@@ -57,8 +62,8 @@ class Scores(NamedTuple):
     scored: torch.Tensor  # [B, G] bool, every function returned a number
     kept: torch.Tensor  # [B, G] bool, scored and at or above every min_score
     parts: dict[str, torch.Tensor]  # per function, [B, G] raw scores, NaN where unscorable
-    errors: dict[str, int]  # per function, how many calls raised (on_error: skip)
-    timeouts: dict[str, int]  # per function, how many calls missed reward.timeout_s
+    errors: dict[str, int]  # per function, rows left unscored by a call that raised (on_error: skip)
+    timeouts: dict[str, int]  # per function, rows left unscored by a call past reward.timeout_s
 
 
 class RewardSet:
@@ -80,20 +85,28 @@ class RewardSet:
         self.winsorize = winsorize or NoWinsorize()
         self.timed = None if timeout_s is None else TimedCalls([rf.fn for rf in self.functions], timeout_s)
 
-    def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]]) -> Scores:
-        shape = (len(prompts), len(completions[0]))
-        total = torch.zeros(shape)  # [B, G]
-        scored = torch.ones(shape, dtype=torch.bool)  # [B, G]
-        kept = torch.ones(shape, dtype=torch.bool)  # [B, G]
+    @property
+    def batched(self) -> bool:
+        """Does a function take the whole batch (and so the completions' token ids)?"""
+        return any(rf.batched for rf in self.functions)
+
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]],
+              completion_ids: Sequence[Sequence[int]] | None = None, state: TrainerState | None = None) -> Scores:
+        """prompts [B], completions [B][G]; completion_ids [B*G] token id lists and the trainer
+        state, which batched functions receive (needed only when one is configured)."""
+        B, G = len(prompts), len(completions[0])
+        total = torch.zeros(B, G)  # [B, G]
+        scored = torch.ones(B, G, dtype=torch.bool)  # [B, G]
+        kept = torch.ones(B, G, dtype=torch.bool)  # [B, G]
         parts, errors, timeouts = {}, {}, {}
         for i, rf in enumerate(self.functions):
-            scores = torch.full(shape, math.nan)  # [B, G]
             errors[rf.name] = timeouts[rf.name] = 0
-            for b, (prompt, row) in enumerate(zip(prompts, completions, strict=True)):
-                for g, text in enumerate(row):
-                    value = self._call(i, rf, prompt, text, errors, timeouts)
-                    if value is not None:
-                        scores[b, g] = value
+            if rf.batched:
+                values = self._call_batch(i, rf, prompts, completions, completion_ids, state, errors, timeouts)
+            else:
+                values = [self._call(i, rf, prompt, text, errors, timeouts)
+                          for prompt, row in zip(prompts, completions, strict=True) for text in row]
+            scores = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32).view(B, G)
             ok = ~scores.isnan()
             scored &= ok
             if rf.min_score is not None:
@@ -103,39 +116,69 @@ class RewardSet:
         total = torch.where(scored, total, torch.zeros_like(total))
         return Scores(total, scored, kept & scored, parts, errors, timeouts)
 
+    def _call_batch(self, index: int, rf: RewardFunction, prompts: Sequence[Prompt],
+                    completions: Sequence[Sequence[str]], completion_ids: Sequence[Sequence[int]] | None,
+                    state: TrainerState | None, errors: dict[str, int], timeouts: dict[str, int]) -> list:
+        """One call with every row; what it returns, checked, or None for every row of a failed call."""
+        rows = [p for p, row in zip(prompts, completions, strict=True) for _ in row]  # [B*G]
+        texts = [t for row in completions for t in row]  # [B*G]
+        if completion_ids is None:
+            raise ValueError(f"reward function {rf.name!r} is batched and takes completion_ids; none were given")
+        args = (rows, texts, completion_ids, state or TrainerState(0, 0))
+        where = f"the step's {len(rows)} rows"
+        value = self._guarded(index, rf, args, where, len(rows), errors, timeouts)
+        if value is _FAILED:
+            return [None] * len(rows)
+        if not isinstance(value, list | tuple) or len(value) != len(rows):
+            raise TypeError(f"reward function {rf.name!r} returned {str(value)[:80]!r} for {where}; expected a "
+                            f"list of {len(rows)} floats or None")
+        return [_checked(v, rf.name, f"row {k} of {where}") for k, v in enumerate(value)]
+
     def _call(self, index: int, rf: RewardFunction, prompt: Prompt, text: str, errors: dict[str, int],
               timeouts: dict[str, int]) -> float | None:
+        where = f"prompt {prompt.id!r}"
+        value = self._guarded(index, rf, (prompt, text), where, 1, errors, timeouts)
+        return None if value is _FAILED else _checked(value, rf.name, where)
+
+    def _guarded(self, index: int, rf: RewardFunction, args: tuple, where: str, rows: int, errors: dict[str, int],
+                 timeouts: dict[str, int]) -> object:
+        """The call's result, or _FAILED after a timeout or (on_error: skip) a raise, counted per row."""
         try:
-            value = self._run(index, rf, prompt, text)
+            return self._run(index, rf, args)
         except RewardTimeout:
             if timeouts[rf.name] == 0:
-                log.warning("reward function %r took over reward.timeout_s=%gs on prompt %r; the row is unscorable",
-                            rf.name, self.timed.timeout_s, prompt.id)
-            timeouts[rf.name] += 1
-            return None
+                log.warning("reward function %r took over reward.timeout_s=%gs on %s; unscorable",
+                            rf.name, self.timed.timeout_s, where)
+            timeouts[rf.name] += rows
+            return _FAILED
         except Exception as err:
             if self.on_error == "raise":
                 raise RuntimeError(
-                    f"reward function {rf.name!r} raised on prompt {prompt.id!r}: {err!r} "
+                    f"reward function {rf.name!r} raised on {where}: {err!r} "
                     "(reward.on_error=skip leaves such rows out of the update instead)"
                 ) from err
             if errors[rf.name] == 0:
-                log.warning("reward function %r raised on prompt %r: %r; the row is skipped", rf.name, prompt.id, err)
-            errors[rf.name] += 1
-            return None
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise TypeError(f"reward function {rf.name!r} returned {value!r} on prompt {prompt.id!r}; "
-                            "expected a finite float or None")
-        return float(value)
+                log.warning("reward function %r raised on %s: %r; skipped", rf.name, where, err)
+            errors[rf.name] += rows
+            return _FAILED
 
-    def _run(self, index: int, rf: RewardFunction, prompt: Prompt, text: str) -> object:
+    def _run(self, index: int, rf: RewardFunction, args: tuple) -> object:
         if self.timed is None:
-            return rf.fn(prompt, text)
-        outcome = self.timed.call(index, prompt, text)
+            return rf.fn(*args)
+        outcome = self.timed.call(index, *args)
         if outcome.kind == "timeout":
             raise RewardTimeout
         if outcome.kind == "error":
             raise ChildError(outcome.value)
         return outcome.value
+
+
+_FAILED = object()  # a call that timed out or raised under on_error: skip
+
+
+def _checked(value: object, name: str, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"reward function {name!r} returned {value!r} on {where}; expected a finite float or None")
+    return float(value)

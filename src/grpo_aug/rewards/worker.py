@@ -16,29 +16,27 @@ import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from grpo_aug.data.records import Prompt
-
 
 class Outcome(NamedTuple):
     kind: str  # "ok" | "error" | "timeout"
     value: object  # the returned value, or the error's repr
 
 
-def _serve(conn, functions: Sequence[Callable[[Prompt, str], object]]) -> None:
+def _serve(conn, functions: Sequence[Callable[..., object]]) -> None:
     while True:
         try:
             message = conn.recv()
         except EOFError:  # the parent went away
             return
-        index, prompt, text = message
+        index, args = message
         try:
-            conn.send(Outcome("ok", functions[index](prompt, text)))
+            conn.send(Outcome("ok", functions[index](*args)))
         except Exception as err:  # reported to the parent, which applies reward.on_error
             conn.send(Outcome("error", repr(err)))
 
 
 class TimedCalls:
-    def __init__(self, functions: Sequence[Callable[[Prompt, str], object]], timeout_s: float) -> None:
+    def __init__(self, functions: Sequence[Callable[..., object]], timeout_s: float) -> None:
         if not timeout_s > 0:
             raise ValueError(f"reward.timeout_s must be > 0 or null, got {timeout_s}")
         self.functions = list(functions)
@@ -48,10 +46,11 @@ class TimedCalls:
         self.process = None
         self.conn = None
 
-    def call(self, index: int, prompt: Prompt, text: str) -> Outcome:
+    def call(self, index: int, *args: object) -> Outcome:
+        """functions[index](*args) in the child: a row's (prompt, text), or a batched call's arguments."""
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.conn.send((index, prompt, text))
+        self.conn.send((index, args))
         if self.conn.poll(self.timeout_s):
             return self.conn.recv()
         self.close()  # stuck: the next call gets a fresh child

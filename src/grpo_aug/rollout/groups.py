@@ -18,6 +18,7 @@ from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import RewardSet
+from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
@@ -90,7 +91,7 @@ class GroupSampler:
         return None if self.any_rank is None else (lambda done: not self.any_rank(not done))
 
     def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], settings: RolloutSettings,
-                     generator: torch.Generator | None = None) -> SampledGroups:
+                     generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:
         """Roll out the rows of every prompt in one batched call; score and dedup them; with
         rollout.oversample = k, keep the G of each prompt's k x G rows whose rewards vary most."""
         s, G, n = settings, settings.group_size, len(prompts)
@@ -110,7 +111,11 @@ class GroupSampler:
             ro, hinted = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
             tokens += int(ro.completion_mask[hinted.to(ro.completion_mask.device)].sum())
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
-        scores = self.reward.score(prompts, completions)  # [n, R]
+        ids = None
+        if self.reward.batched:  # functions written for TRL also take the completions' token ids
+            ids = [row[done].tolist() for row, done in
+                   zip(ro.input_ids[:, ro.prompt_len :].cpu(), ro.completion_mask.bool().cpu(), strict=True)]
+        scores = self.reward.score(prompts, completions, ids, state)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
@@ -135,9 +140,10 @@ class GroupSampler:
                              hinted=hinted.view(n, G).to(device) if self.reflect.active else None)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
-               generator: torch.Generator | None = None) -> SampledGroups:
-        """The batch's groups, plus refill rounds while too few are informative (if configured)."""
-        rounds = [self.sample_round(policy, batch, settings, generator)]
+               generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:
+        """The batch's groups, plus refill rounds while too few are informative (if configured).
+        state: what reward functions written for TRL get as trainer_state."""
+        rounds = [self.sample_round(policy, batch, settings, generator, state)]
         wanted, f = len(batch), settings.filter
         informative = int(rounds[0].informative.sum())
         for round_ in range(1, f.max_rounds + 1 if f.refill else 1):
@@ -147,8 +153,8 @@ class GroupSampler:
             if not (bool(extra) if self.any_rank is None else self.any_rank(bool(extra))):
                 break
             if not extra:  # another rank refills: its sharded forwards need this rank's, on a stand-in, discarded
-                self.sample_round(policy, batch[:1], settings, generator)
+                self.sample_round(policy, batch[:1], settings, generator, state)
                 continue
-            rounds.append(self.sample_round(policy, extra, settings, generator))
+            rounds.append(self.sample_round(policy, extra, settings, generator, state))
             informative += int(rounds[-1].informative.sum())
         return merge_rounds(rounds, self.tokenizer.pad_token_id)

@@ -1,0 +1,78 @@
+"""Reward functions written for TRL's GRPOTrainer, used unchanged (`rewards.TRLReward`).
+
+TRL calls a reward function once per batch as
+    fn(prompts=[...], completions=[...], completion_ids=[[...]], **columns, trainer_state=state)
+with one entry per completion (a prompt repeats for each of its group's rows) and returns a list of
+floats, None where it cannot score. A conversational row passes its prompt as its list of
+`{role, content}` messages and each completion as `[{"role": "assistant", "content": text}]`; a
+text row passes both as strings. Every other dataset column arrives as a keyword argument, a list
+over the rows. Records built here (synthetic, GSM8K) and prompt variants, whose dataset columns
+would be stale, pass their own fields instead: `question`, `answer` (the normalised final answer),
+`solution`, `bucket`, `id`.
+
+    reward.functions:
+      - _target_: grpo_aug.rewards.RewardFunction
+        fn: {_target_: grpo_aug.rewards.TRLReward, fn: my_rewards.correctness_reward}
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from grpo_aug.data.records import Prompt
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """What of TRL's `trainer_state` a reward function may read."""
+
+    global_step: int
+    max_steps: int
+
+
+def import_callable(path: str, key: str) -> Callable:
+    """`package.module.name` -> that object, or an error naming the key and what was wrong."""
+    module_name, _, attr = path.rpartition(".")
+    if not module_name:
+        raise ValueError(f"{key}={path!r}: expected an import path such as my_rewards.correctness_reward")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{key}={path!r} cannot be imported: {err}") from err
+    if not callable(obj):
+        raise ValueError(f"{key}={path!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def row_columns(prompt: Prompt) -> dict[str, object]:
+    """The keyword arguments one row contributes: its dataset columns, or its own fields."""
+    own = {"question": prompt.question, "answer": prompt.answer, "solution": prompt.solution,
+           "bucket": prompt.bucket, "id": prompt.id}
+    return own if prompt.columns is None else {**own, **prompt.columns}
+
+
+class TRLReward:
+    """A batched reward: the RewardSet calls it once per step with every row."""
+
+    batched = True
+
+    def __init__(self, fn: str | Callable) -> None:
+        self.fn = import_callable(fn, "reward.functions[].fn.fn") if isinstance(fn, str) else fn
+        if not callable(self.fn):
+            raise ValueError(f"reward.functions[].fn.fn must be a function or an import path, got {fn!r}")
+        inner = getattr(self.fn, "func", self.fn)  # a functools.partial from `_partial_: true`
+        self.name = getattr(inner, "__name__", type(inner).__name__)
+
+    def __call__(self, prompts: Sequence[Prompt], texts: Sequence[str], completion_ids: Sequence[Sequence[int]],
+                 state: TrainerState) -> object:
+        """prompts, texts, completion_ids: one entry per row (N). Returns what the function returns."""
+        chat = [p.context is not None for p in prompts]
+        rows = [row_columns(p) for p in prompts]
+        keys = dict.fromkeys(k for r in rows for k in r if k not in ("prompt", "completion", "completion_ids"))
+        columns = {k: [r.get(k) for r in rows] for k in keys}  # as TRL passes them: a list per column
+        return self.fn(
+            prompts=[p.messages() if c else p.prompt for p, c in zip(prompts, chat, strict=True)],
+            completions=[[{"role": "assistant", "content": t}] if c else t for t, c in zip(texts, chat, strict=True)],
+            completion_ids=[list(ids) for ids in completion_ids], **columns, trainer_state=state)
