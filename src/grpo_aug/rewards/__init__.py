@@ -4,12 +4,14 @@ written for TRL's GRPOTrainer (TRLReward), called once per batch."""
 from grpo_aug.rewards.answers import AnswerFormat
 from grpo_aug.rewards.combine import RewardFunction, RewardSet, Scores
 from grpo_aug.rewards.math import MathReward
+from grpo_aug.rewards.model import ModelReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward, ThinkAnswerFormat
 from grpo_aug.rewards.trl import TRLReward
 from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 
 __all__ = [
-    "AnswerFormat", "FormatReward", "MathReward", "RepetitionReward", "RewardFunction", "RewardSet", "Scores",
-    "ScriptReward", "NoWinsorize", "TRLReward", "SimilarityReward", "SoftMathReward", "ThinkAnswerFormat", "Winsorize",
+    "AnswerFormat", "FormatReward", "MathReward", "ModelReward", "NoWinsorize", "RepetitionReward", "RewardFunction",
+    "RewardSet", "Scores", "ScriptReward", "SimilarityReward", "SoftMathReward", "TRLReward", "ThinkAnswerFormat",
+    "Winsorize",
 ]
