@@ -5,9 +5,10 @@
     python benchmarks/trainer_step.py --workload tiny --steps 20 --rounds 1
     python benchmarks/trainer_step.py --arms grpo_aug,grpo_aug_beta0   # what beta 0 (no reference) saves
     python benchmarks/trainer_step.py --workload small --arms grpo_aug,grpo_aug_lora   # LoRA r=16: RSS, checkpoint
+    python benchmarks/trainer_step.py --workload small --prompts 16 --arms grpo_aug,grpo_aug_micro  # micro-batches
 
 Workloads (fp32, CPU, 2 threads, no gradient checkpointing, beta 0.04, one update per rollout,
-8 prompts x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
+8 prompts (--prompts) x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
     tiny   Llama 4 layers x 128 hidden (intermediate 512, 4 heads, tied embeddings), 16 new tokens
     small  Llama 6 layers x 256 hidden (intermediate 1024, 8 heads, tied embeddings), 64 new tokens
 Each trainer runs in its own subprocess (so peak RSS is its own), grpo-aug and TRL alternating.
@@ -74,7 +75,8 @@ def digit_share(completion: str) -> float:
 
 
 # -- grpo-aug ------------------------------------------------------------------------------
-def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04, lora: bool = False) -> dict:
+def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04, lora: bool = False,
+                 micro_batch_rows: int | None = None) -> dict:
     import functools
 
     import lightning as L
@@ -102,7 +104,8 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
         name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR, fused=True),
         reward=RewardSet([RewardFunction(Digits())]),
         rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
-        algo=AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta)),  # beta 0: no reference model
+        # beta 0: no reference model; micro_batch_rows: forwards and backwards of that many rows
+        algo=AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta), micro_batch_rows=micro_batch_rows),
         lora=Lora(r=16, alpha=32) if lora else NoLora(),
     )
     parts: dict[str, float] = defaultdict(float)
@@ -255,21 +258,25 @@ def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
 
 
 # -- driver ------------------------------------------------------------------------------------
-def child(which: str, workload: str, model_dir: str, steps: int) -> None:
+ARMS = ("grpo_aug", "trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro")
+
+
+def child(which: str, workload: str, model_dir: str, steps: int, micro_batch_rows: int) -> None:
     torch.set_num_threads(2)
     torch.manual_seed(0)
     runners = {"grpo_aug": run_grpo_aug, "trl": run_trl,
                "grpo_aug_beta0": lambda *a: run_grpo_aug(*a, beta=0.0),
-               "grpo_aug_lora": lambda *a: run_grpo_aug(*a, lora=True)}
+               "grpo_aug_lora": lambda *a: run_grpo_aug(*a, lora=True),
+               "grpo_aug_micro": lambda *a: run_grpo_aug(*a, micro_batch_rows=micro_batch_rows)}
     result = runners[which](Path(model_dir), workload, steps)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
 
 
-def spawn(which: str, workload: str, model_dir: Path, steps: int) -> dict:
+def spawn(which: str, workload: str, model_dir: Path, steps: int, prompts: int, micro_batch_rows: int) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--child", which, "--workload", workload,
-                           "--model", str(model_dir),
-                           "--steps", str(steps)], capture_output=True, text=True)
+                           "--model", str(model_dir), "--steps", str(steps), "--prompts", str(prompts),
+                           "--micro-batch-rows", str(micro_batch_rows)], capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{which} on {workload} failed:\n{proc.stderr[-3000:]}")
@@ -282,18 +289,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=23, help="optimizer steps per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="alternating grpo-aug / TRL runs")
-    parser.add_argument("--arms", default="grpo_aug,trl",
-                        help="comma-separated: grpo_aug, trl, grpo_aug_beta0, grpo_aug_lora")
-    parser.add_argument("--child", choices=["grpo_aug", "trl", "grpo_aug_beta0", "grpo_aug_lora"])
+    parser.add_argument("--arms", default="grpo_aug,trl", help=f"comma-separated: {', '.join(ARMS)}")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step (x G=8 rows)")
+    parser.add_argument("--micro-batch-rows", type=int, default=16, help="grpo_aug_micro's algo.micro_batch_rows")
+    parser.add_argument("--child", choices=ARMS)
     parser.add_argument("--model")
     args = parser.parse_args()
+    global PROMPTS
+    PROMPTS = args.prompts
     if args.child:
-        child(args.child, args.workload, args.model, args.steps)
+        child(args.child, args.workload, args.model, args.steps, args.micro_batch_rows)
         return
     torch.set_num_threads(2)
     # the machine's speed drifts during a run: the matmul throughput is measured before every
     # trainer run and each workload's share uses the median of its own measurements
-    report = {"threads": 2, "workloads": {}}
+    report = {"threads": 2, "prompts": PROMPTS, "group": GROUP, "workloads": {}}
     for workload in WORKLOADS if args.workload == "both" else [args.workload]:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = build_model(workload, Path(tmp) / "model")
@@ -302,7 +312,8 @@ def main() -> None:
                 for which in args.arms.split(","):
                     for library, rate in matmul_flops_per_second().items():
                         peaks[library].append(rate)
-                    runs[which].append(spawn(which, workload, model_dir, args.steps))
+                    runs[which].append(spawn(which, workload, model_dir, args.steps, args.prompts,
+                                             args.micro_batch_rows))
         medians = {library: statistics.median(rates) for library, rates in peaks.items()}
         peak = max(medians.values())
         entry = {"matmul_gflops": {library: {"median": medians[library] / 1e9, "min": min(rates) / 1e9,
@@ -327,7 +338,7 @@ def main() -> None:
             entry[which].update(mean_completion_tokens=length, step_gflop=flops["total"] / 1e9,
                                 achieved_gflops=achieved / 1e9, share_of_matmul_peak=achieved / peak,
                                 share_of_torch_mm=achieved / medians["torch_mm"])
-        for other in ("trl", "grpo_aug_beta0", "grpo_aug_lora"):
+        for other in ("trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro"):
             if "grpo_aug" in runs and other in runs:
                 mine, theirs = entry["grpo_aug"], entry[other]
                 entry[f"{other}_time_over_grpo_aug"] = theirs["median_step_s"] / mine["median_step_s"]

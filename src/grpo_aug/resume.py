@@ -124,9 +124,18 @@ def rank_any(module, flag: bool) -> bool:
 
 def rank_sum(module, values: torch.Tensor) -> torch.Tensor:
     """`values` added over ranks (themselves outside a Trainer)."""
+    return _reduce(module, values, "sum")
+
+
+def rank_max(module, values: torch.Tensor) -> torch.Tensor:
+    """The elementwise maximum of `values` over ranks (themselves outside a Trainer)."""
+    return _reduce(module, values, "max")
+
+
+def _reduce(module, values: torch.Tensor, op: str) -> torch.Tensor:
     if module._trainer is None:
         return values
-    return module.trainer.strategy.reduce(values.to(module.device), reduce_op="sum")
+    return module.trainer.strategy.reduce(values.to(module.device), reduce_op=op)
 
 
 def rank_mean(module, value: float) -> float:

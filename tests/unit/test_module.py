@@ -404,3 +404,41 @@ def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_fo
     assert all(torch.isfinite(o["updates"]["loss"]).all() for o in outs)
     assert all(float(o["report"].kl_mean) == 0.0 for o in outs)
     assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
+
+
+def test_micro_batches_accumulate_the_full_batch_gradient(tiny_model_dir, monkeypatch):
+    # two optimizer steps through Lightning, the second from weights the first moved: every row at
+    # once, then micro-batches of 3 rows (16 rows per step: parts of 3, 3, 3, 3, 2, 2)
+    batches = [EASY[:4], EASY[4:8]]
+    runs, sizes = {}, []
+
+    def counted(policy, scorer, algo, step, rows, *args, **kwargs):
+        sizes.append(len(rows))
+        return chunk_loss(policy, scorer, algo, step, rows, *args, **kwargs)
+
+    monkeypatch.setattr(module_lib, "chunk_loss", counted)
+    for rows in (None, 3):
+        torch.manual_seed(0)
+        m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:8]]), algo=AlgoSettings(micro_batch_rows=rows))
+        outputs = fit_batches(m, batches)
+        runs[rows] = ([o["updates"]["loss"].item() for o in outputs], copy.deepcopy(m.policy.state_dict()))
+    (loss_whole, w_whole), (loss_micro, w_micro) = runs[None], runs[3]
+    assert sizes == [16, 16] + [3, 3, 3, 3, 2, 2] * 2
+    assert loss_micro == pytest.approx(loss_whole, rel=1e-5, abs=1e-7)
+    assert all(torch.allclose(w_whole[k], w_micro[k], atol=1e-6) for k in w_whole)
+    assert any(not torch.equal(w_whole[k], _module(tiny_model_dir).policy.state_dict()[k]) for k in w_whole)
+
+
+def test_micro_batch_parts_are_bounded_and_agree_across_ranks():
+    from grpo_aug.algo.scoring import micro_batches
+
+    chunk = [torch.arange(16)]
+    assert [len(p) for p in micro_batches(chunk, 3, lambda x: x)] == [3, 3, 3, 3, 2, 2]
+    assert [len(p) for p in micro_batches(chunk, 16, lambda x: x)] == [16]
+    # another rank needs 8 parts for this chunk: this one runs 8 too, smaller
+    assert [len(p) for p in micro_batches(chunk, 3, lambda x: torch.maximum(x, torch.tensor([8])))] == [2] * 8
+    # two length chunks split on their own; an empty one stays one (empty) part
+    parts = micro_batches([torch.arange(5), torch.arange(5, 7), torch.arange(0)], 2, lambda x: x)
+    assert [p.tolist() for p in parts] == [[0, 1], [2, 3], [4], [5, 6], []]
+    with pytest.raises(ValueError, match="micro_batch_rows must be >= 1"):
+        AlgoSettings(micro_batch_rows=0)

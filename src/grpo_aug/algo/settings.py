@@ -31,6 +31,7 @@ class AlgoSettings:
     minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
     max_grad_norm: float | None = 1.0
     length_chunks: int = 4  # when padding is wasteful, rows are grouped by length (attention or whole chunks)
+    micro_batch_rows: int | None = None  # rows per forward/backward; gradients accumulate over them; None: all
     mask_truncated: bool = False
     overlong_buffer: int = 0  # DAPO soft overlong punishment over the last N tokens; 0 = off
     overlong_penalty: float = 1.0
@@ -67,6 +68,8 @@ class AlgoSettings:
             (self.num_iterations >= 1, f"algo.num_iterations must be >= 1, got {self.num_iterations}"),
             (self.minibatches >= 1, f"algo.minibatches must be >= 1, got {self.minibatches}"),
             (self.length_chunks >= 1, f"algo.length_chunks must be >= 1, got {self.length_chunks}"),
+            (self.micro_batch_rows is None or self.micro_batch_rows >= 1,
+             f"algo.micro_batch_rows must be >= 1 or null, got {self.micro_batch_rows}"),
             (self.max_grad_norm is None or self.max_grad_norm > 0,
              f"algo.max_grad_norm must be > 0 or null, got {self.max_grad_norm}"),
             (self.overlong_buffer >= 0, f"algo.overlong_buffer must be >= 0, got {self.overlong_buffer}"),

@@ -17,6 +17,7 @@ from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.rewards import AnswerFormat, MathReward
+from grpo_aug.rollout.knobs import Knobs
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,15 @@ class HeldoutAccuracy(torch.nn.Module):
 
     def evaluate(self, engine, policy: torch.nn.Module, tokenizer, texts: list[str], batch: list[Prompt],
                  max_new_tokens: int, seed: int, device: torch.device,
-                 all_done: Callable[[bool], bool] | None = None, counted: bool = True) -> None:
+                 all_done: Callable[[bool], bool] | None = None, counted: bool = True,
+                 knobs: Knobs | None = None) -> None:
         """One single-bucket batch: `texts` are its model inputs (prompt format applied), sampled
-        by the run's engine (rollout/engine; synced to the policy by the caller).
+        by the run's engine (rollout/engine; synced to the policy by the caller) with the run's
+        sampling knobs (stop strings, repetition penalty, top-k, min-p).
         all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampler);
         counted=False: generate (the other ranks' forwards need this one) but add nothing."""
         greedy = engine.generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens,
-                                 all_done=all_done)
+                                 all_done=all_done, knobs=knobs)
         right = torch.tensor([self.exact(p, t) for p, t in zip(batch, greedy.texts, strict=True)])  # [B]
         adds = [("correct", right.sum()), ("total", torch.tensor(float(len(batch))))]
         k = self.settings.samples
@@ -62,7 +65,8 @@ class HeldoutAccuracy(torch.nn.Module):
             generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
             temps = torch.full((len(batch) * k,), self.settings.temperature)
             sampled = engine.generate(policy, tokenizer, [t for t in texts for _ in range(k)], temps,
-                                      self.settings.top_p, max_new_tokens, generator=generator, all_done=all_done)
+                                      self.settings.top_p, max_new_tokens, generator=generator, all_done=all_done,
+                                      knobs=knobs)
             scores = torch.tensor([self.exact(batch[i // k], t) for i, t in enumerate(sampled.texts)])
             scores = scores.view(len(batch), k)  # [B, k]
             adds += [("passed", (scores.max(dim=1).values == 1.0).sum().float()), ("right_samples", scores.sum() / k)]

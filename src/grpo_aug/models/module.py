@@ -30,7 +30,7 @@ from grpo_aug.models.run_counts import RunCounts, RunStream
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
-from grpo_aug.resume import gather_per_rank, rank_any, rank_mean, rank_sum
+from grpo_aug.resume import gather_per_rank, rank_any, rank_max, rank_mean, rank_sum
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
@@ -89,7 +89,8 @@ class GRPOModule(L.LightningModule):
         self.prompt_format = (prompt_format or PlainPrompt()).bind(self.tokenizer, self.name_or_path)
         self.sampler = GroupSampler(self.tokenizer, reward, algo.overlong_buffer, algo.overlong_penalty, prompt_pool,
                                     self.prompt_format, engine, reflect)
-        self.scorer = Scorer(algo.length_chunks, functools.partial(rank_mean, self))
+        self.scorer = Scorer(algo.length_chunks, functools.partial(rank_mean, self), algo.micro_batch_rows,
+                             functools.partial(rank_max, self))
         # which prompts to roll out; the per-prompt history
         self.selection = selection or PromptSelection(answer=answer)
         self.seed = seed
@@ -324,7 +325,8 @@ class GRPOModule(L.LightningModule):
         engine.sync(self.policy, self.global_step)  # an external engine evaluates the weights trained so far
         texts = self.prompt_format([p.prompt for p in batch], [p.context for p in batch])
         self.val_accuracy.evaluate(engine, self.policy, self.tokenizer, texts, batch, self.eval_max_new_tokens, seed,
-                                   self.device, self.sampler.all_done(), counted=not padding)
+                                   self.device, self.sampler.all_done(), counted=not padding,
+                                   knobs=self.rollout_settings.knobs)
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = accuracy = self.val_accuracy.compute()

@@ -1,8 +1,9 @@
 """Rollout engines (`rollout/engine=hf|vllm`): what samples the completions.
 
 An engine takes the rows' prompts with per-row sampling settings (temperature, and top-p, token
-budget and a seed for the batch) and returns a Rollout: token ids, masks, texts and, when it has
-them, its log-prob of each sampled token (`rollout/logprob_gap` compares them with the trainer's).
+budget, the knobs of rollout/knobs.py and a seed for the batch) and returns a Rollout: token ids,
+masks, texts and, when it has them, its log-prob of each sampled token (`rollout/logprob_gap`
+compares them with the trainer's).
 
     hf    the policy samples itself (rollout/sampler.py: batched, KV-cached, per-row temperatures,
           the lean decode loop where the model allows). Nothing to load or to sync.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from grpo_aug.rollout.knobs import Knobs
 from grpo_aug.rollout.sampler import generate
 from grpo_aug.rollout.types import Rollout
 
@@ -37,9 +39,9 @@ class HFEngine:
 
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
                  top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
-                 all_done: Callable[[bool], bool] | None = None) -> Rollout:
+                 all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None) -> Rollout:
         return generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=generator,
-                        all_done=all_done)
+                        all_done=all_done, knobs=knobs)
 
 
 def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
@@ -141,15 +143,19 @@ class VLLMEngine:
 
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
                  top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
-                 all_done: Callable[[bool], bool] | None = None) -> Rollout:
+                 all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None) -> Rollout:
         from vllm import SamplingParams
 
+        k = knobs or Knobs()
         prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
         # without a generator (greedy evaluation) no stream is drawn from: the global one must not move
         seeds = ([0] * len(texts) if generator is None else
                  torch.randint(0, 2**31 - 1, (len(texts),), generator=generator, device=generator.device).tolist())
         params = [SamplingParams(temperature=float(t), top_p=top_p if t > 0 else 1.0, max_tokens=max_new_tokens,
-                                 seed=s, logprobs=0) for t, s in zip(temperatures.tolist(), seeds, strict=True)]
+                                 seed=s, logprobs=0, top_k=k.top_k if t > 0 else 0, min_p=k.min_p if t > 0 else 0.0,
+                                 repetition_penalty=k.repetition_penalty, stop=list(k.stop) or None,
+                                 include_stop_str_in_output=k.include_stop)
+                  for t, s in zip(temperatures.tolist(), seeds, strict=True)]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         done = [o.outputs[0] for o in outputs]
         logprobs = [[step[token].logprob for step, token in zip(d.logprobs, d.token_ids, strict=True)]

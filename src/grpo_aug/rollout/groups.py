@@ -101,13 +101,13 @@ class GroupSampler:
         # hints go into the user message, then the template
         texts = self.prompt_format(s.row_prompts(prompts), [p.context for p in prompts for _ in range(R)])
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
-                                  generator=generator, all_done=self.all_done())
+                                  generator=generator, all_done=self.all_done(), knobs=s.knobs)
         tokens = int(ro.completion_mask.sum())
         hinted = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint (rollout/reflect.py)
             def sample(hinted_texts, temps):
                 return self.engine.generate(policy, self.tokenizer, hinted_texts, temps, s.top_p, s.max_new_tokens,
-                                            generator=generator)
+                                            generator=generator, knobs=s.knobs)
             ro, hinted = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
             tokens += int(ro.completion_mask[hinted.to(ro.completion_mask.device)].sum())
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]

@@ -15,20 +15,25 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
+from grpo_aug.rollout.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.rollout.types import Rollout
 
 
 def sample_next_token(
-    logits: torch.Tensor, temperatures: torch.Tensor, top_p: float, generator: torch.Generator | None = None
+    logits: torch.Tensor, temperatures: torch.Tensor, top_p: float, generator: torch.Generator | None = None,
+    top_k: int = 0, min_p: float = 0.0,
 ) -> torch.Tensor:
     """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N].
 
-    Nucleus sampling per row: keep the smallest prefix of the sorted distribution whose mass
-    reaches top_p (the most likely token always survives).
+    After the temperature, min-p and top-k drop tokens (rollout/knobs.py); then nucleus sampling
+    per row keeps the smallest prefix of the sorted distribution whose mass reaches top_p (the
+    most likely token always survives).
     """
     greedy = logits.argmax(dim=-1)  # [N]
     temps = temperatures.clamp(min=1e-5).to(logits.dtype)[:, None]  # [N, 1]
     probs = torch.softmax(logits / temps, dim=-1)  # [N, V]
+    if top_k > 0 or min_p > 0.0:
+        probs = filter_probs(probs, top_k, min_p)  # [N, V] renormalised
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)  # [N, V]
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
@@ -51,9 +56,11 @@ def generate(
     generator: torch.Generator | None = None,
     lean: bool = True,
     all_done: Callable[[bool], bool] | None = None,
+    knobs: Knobs | None = None,
 ) -> Rollout:
     """Sample one completion per prompt string; rows may repeat a prompt (that is a group).
 
+    knobs: top-k, min-p, repetition penalty and stop strings (rollout/knobs.py); None: none.
     lean=False forces the HF forward for every token (the reference path the tests compare to).
     all_done: under sharded weights every forward is a collective, so every rank must run the same
     number of decode steps: given this rank's all-finished flag it returns whether every rank's rows
@@ -70,6 +77,7 @@ def generate(
     temperatures = temperatures.to(device)
     n, p = prompt_ids.shape
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    k = knobs or Knobs()
 
     was_training = model.training
     model.eval()  # dropout off while sampling
@@ -89,6 +97,11 @@ def generate(
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
         decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
+    stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
+    seen = None
+    if k.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
+        counts = torch.zeros(n, logits.shape[-1], dtype=torch.long, device=device)
+        seen = counts.scatter_add_(1, prompt_ids, prompt_mask.long()) > 0
     completion = torch.full((n, max_new_tokens), pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
     sample_lp = torch.zeros(n, max_new_tokens, dtype=torch.float32, device=device)  # [N, T]
     scored_at = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).float()  # [N]
@@ -96,7 +109,8 @@ def generate(
     active = torch.arange(n, device=device)  # the rows still in the decode batch
     steps = 0
     for step in range(max_new_tokens):
-        token = sample_next_token(logits, temperatures[active], top_p, generator)  # [A]
+        drawn_from = logits if seen is None else penalise_repeats(logits, seen[active], k.repetition_penalty)
+        token = sample_next_token(drawn_from, temperatures[active], top_p, generator, k.top_k, k.min_p)  # [A]
         done = finished[active]  # ended earlier, not yet dropped from the batch
         token = torch.where(done, torch.full_like(token, pad), token)
         completion[active, step] = token
@@ -104,6 +118,14 @@ def generate(
         sample_lp[active, step] = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
         alive[active, step] = ~done
         finished[active] = done | (token == eos)
+        if seen is not None:
+            seen[active[~done], token[~done]] = True
+        if k.stop:  # rows whose newest token completed a stop string end here
+            running = active[~finished[active]]  # [R]
+            tails = tokenizer.batch_decode(completion[running, max(0, step + 1 - k.stop_window) : step + 1],
+                                           skip_special_tokens=True)
+            hit = torch.tensor([any(s in t for s in k.stop) for t in tails], dtype=torch.bool, device=device)
+            finished[running[hit]] = stopped[running[hit]] = True
         steps = step + 1
         # one host sync per token; it lets the loop end early, which pays for itself
         done_here = bool(finished.all())
@@ -134,6 +156,8 @@ def generate(
     completion = completion[:, :steps]  # [N, T]
     completion_mask = alive[:, :steps].to(prompt_mask.dtype)  # [N, T]
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    for i in stopped.nonzero().flatten().tolist():
+        texts[i] = cut_at_stop(texts[i], k.stop, k.include_stop)[0]
     return Rollout(
         input_ids=torch.cat([prompt_ids, completion], dim=1),  # [N, P + T]
         attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),  # [N, P + T]

@@ -10,6 +10,7 @@ import torch
 from grpo_aug.data.records import Prompt
 from grpo_aug.rollout.dedup import NoDedup
 from grpo_aug.rollout.filter import GroupFilter
+from grpo_aug.rollout.knobs import Knobs
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,11 @@ class RolloutSettings:
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
     oversample: int = 1  # roll out oversample x group_size rows per prompt, keep the max-variance group_size
+    top_k: int = 0  # rollout/knobs.py: 0, 0.0, 1.0 and () are off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: Sequence[str] = ()
+    include_stop_str: bool = False
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -39,11 +45,17 @@ class RolloutSettings:
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        self.knobs  # noqa: B018 (validates them now, before any model loads)
         self.dedup.check_group_size(self.group_size)
         object.__setattr__(self, "hints", tuple(self.hints))
         if "{question}" not in self.hint_template or "{hint}" not in self.hint_template:
             raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
                              f"got {self.hint_template!r}")
+
+    @property
+    def knobs(self) -> Knobs:
+        return Knobs(self.top_k, self.min_p, self.repetition_penalty, self.stop, self.include_stop_str)
 
     @property
     def rows_per_prompt(self) -> int:
