@@ -14,7 +14,7 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_aug.callbacks import CurriculumMonitor, SampleHealth
@@ -127,6 +127,11 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
     module, datamodule, callbacks = build_parts(cfg)
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    if trainer.is_global_zero:  # experiment trackers get the whole config from the start (TensorBoard at the end)
+        params = OmegaConf.to_container(cfg, resolve=True)
+        for logger in trainer.loggers:
+            if not isinstance(logger, TensorBoardLogger | CSVLogger):
+                logger.log_hyperparams(params)
     return trainer, module, datamodule
 
 
@@ -205,7 +210,7 @@ def final_health(trainer: L.Trainer) -> dict[str, float]:
 
 def log_final_hparams(trainer: L.Trainer, cfg: DictConfig, final: dict[str, float]) -> None:
     """The run's settings next to its final numbers in TensorBoard's HPARAMS tab (the logger
-    flattens the nested config itself)."""
+    flattens the nested config itself); the final numbers as final/* metrics in W&B and MLflow."""
     params = OmegaConf.to_container(cfg, resolve=True)
     # a metric without a value (NaN) is left out: TensorBoard's HPARAMS table would show it as a number
     metrics = {f"final/{k}": v for k, v in final.items()
@@ -213,4 +218,8 @@ def log_final_hparams(trainer: L.Trainer, cfg: DictConfig, final: dict[str, floa
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             logger.log_hyperparams(params, metrics)
-            logger.finalize("success")  # fit already closed the writer; this one must be flushed too
+        elif not isinstance(logger, CSVLogger):  # trackers: the config went in at the start
+            logger.log_metrics(metrics, step=trainer.global_step)
+        logger.finalize("success")  # fit already closed the writer; this one must be flushed too
+        if isinstance(logger, WandbLogger):
+            logger.experiment.finish()  # the run is over: its offline files are complete now

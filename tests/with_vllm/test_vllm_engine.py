@@ -191,3 +191,40 @@ def test_a_rollout_of_more_prompt_tokens_than_one_engine_step_holds(model_dir, e
     ro = engine.generate(policy, tokenizer, texts, torch.ones(len(texts)), 1.0, 8,
                          generator=torch.Generator().manual_seed(0))
     assert ro.completion_mask.sum() >= len(texts) and max_gap(policy, ro) < TOL
+
+
+def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
+    """top_k=1 is greedy; min-p draws only tokens the trainer's logits keep; the repetition penalty
+    and a stop string give vLLM's greedy rows the hf engine's tokens, text and mask."""
+    from grpo_aug.rollout.knobs import Knobs
+
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    push(engine, policy)
+    greedy = torch.zeros(len(PROMPTS))
+    plain = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12)
+    top1 = engine.generate(policy, tokenizer, PROMPTS, torch.full((len(PROMPTS),), 1.5), 1.0, 12,
+                           generator=torch.Generator().manual_seed(0), knobs=Knobs(top_k=1))
+    assert top1.texts == plain.texts
+
+    prompt, n, min_p = PROMPTS[0], 500, 0.3
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        probs = torch.softmax(policy(input_ids=ids).logits[0, -1].double(), -1)  # [V] at T = 1
+    kept = set((probs >= min_p * probs.max()).nonzero().flatten().tolist())
+    assert 1 < len(kept) < 20
+    ro = engine.generate(policy, tokenizer, [prompt] * n, torch.ones(n), 1.0, 1,
+                         generator=torch.Generator().manual_seed(3), knobs=Knobs(min_p=min_p))
+    assert set(ro.input_ids[:, ro.prompt_len].tolist()) == kept
+
+    varied = Knobs(repetition_penalty=5.0)
+    mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=varied)
+    theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=varied)
+    assert theirs.texts == mine.texts and theirs.texts != plain.texts
+    stop = mine.texts[0][3:5]
+    for include in (False, True):
+        knobs = Knobs(repetition_penalty=5.0, stop=(stop,), include_stop=include)
+        mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=knobs)
+        theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=knobs)
+        assert theirs.texts == mine.texts and stop not in mine.texts[0][: -len(stop) if include else None]
+        assert torch.equal(theirs.completion_mask.sum(1), mine.completion_mask.sum(1))
+        assert torch.equal(theirs.truncated, mine.truncated)

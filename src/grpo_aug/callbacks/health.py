@@ -43,6 +43,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
+from grpo_aug.callbacks.tables import write_sample_tables
 from grpo_aug.report import StepReport
 from grpo_aug.resume import gather_per_rank, own_entry
 
@@ -253,6 +254,8 @@ class SampleHealth(L.Callback):
             if dists["lengths"].numel():
                 values.update(length_stats(dists["lengths"]))
             self._write_tensorboard(trainer, dists)
+            if trainer.is_global_zero:
+                write_sample_tables(trainer.loggers, self.samples, trainer.global_step)
         if self.by_bucket.due(trainer.global_step):
             values.update(self.by_bucket.compute())
         if values:
