@@ -206,12 +206,14 @@ def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
                            generator=torch.Generator().manual_seed(0), knobs=Knobs(top_k=1))
     assert top1.texts == plain.texts
 
-    prompt, n, min_p = PROMPTS[0], 500, 0.3
+    prompt, n = PROMPTS[0], 2000
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     with torch.no_grad():
         probs = torch.softmax(policy(input_ids=ids).logits[0, -1].double(), -1)  # [V] at T = 1
+    top = probs.sort(descending=True).values
+    min_p = float((top[4] + top[5]) / 2 / top[0])  # between the 5th and 6th token: min-p keeps 5
     kept = set((probs >= min_p * probs.max()).nonzero().flatten().tolist())
-    assert 1 < len(kept) < 20
+    assert len(kept) == 5
     ro = engine.generate(policy, tokenizer, [prompt] * n, torch.ones(n), 1.0, 1,
                          generator=torch.Generator().manual_seed(3), knobs=Knobs(min_p=min_p))
     assert set(ro.input_ids[:, ro.prompt_len].tolist()) == kept
