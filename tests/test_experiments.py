@@ -14,11 +14,13 @@ from grpo_aug.pipeline import rollout_settings, train
 from grpo_aug.rewards import SoftMathReward
 from helpers import ROOT, TINY, build_chat_model, compose_cfg
 
-EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+# trl_gsm8k needs a reward model besides the policy: test_a_trl_gsm8k_script_ports_by_config
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem != "trl_gsm8k")
 
 
 def test_the_experiments_the_readme_lists_exist():
     assert EXPERIMENTS == ["dapo", "dr_grpo", "gsm8k_qwen2.5_0.5b_instruct", "gspo", "tiny"]
+    assert (ROOT / "conf" / "experiment" / "trl_gsm8k.yaml").is_file()
 
 
 def _settings(tmp_path, name):
@@ -83,3 +85,41 @@ def test_sharded_trainer_configs_compose(tmp_path, trainer):
         assert {c.__name__ for c in decoder_layer_classes()} >= {"LlamaDecoderLayer", "Qwen2DecoderLayer"}
     else:
         assert cfg.trainer.strategy.stage == 3
+
+
+def test_a_trl_gsm8k_script_ports_by_config(tmp_path):
+    """experiment=trl_gsm8k on tiny models: the TRL reward functions (one reads the dataset's
+    answer column), a reward model and the chat template, 4 steps on a slice of GSM8K."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    from helpers import read_scalars
+
+    shared = ROOT.parent / "shared" / "data" / "gsm8k"
+    if not (shared / "train.jsonl").exists():
+        pytest.skip("GSM8K is read from ../shared/data/gsm8k")
+    for split, n in (("train", 40), ("test", 8)):
+        rows = [json.loads(line) for line in (shared / f"{split}.jsonl").read_text().splitlines()[:n]]
+        # a difficulty column (calculator steps): an untrained policy's pass rates would put every prompt in hard
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps({**r, "steps": r["answer"].count("<<")}) + "\n"
+                                                         for r in rows))
+    chat = build_chat_model(tmp_path / "chat")
+    tok = AutoTokenizer.from_pretrained(chat)
+    torch.manual_seed(0)
+    LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                               num_hidden_layers=1, num_attention_heads=2, num_labels=1,
+                                               pad_token_id=tok.pad_token_id)).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    cfg = compose_cfg(tmp_path, ["experiment=trl_gsm8k", "debug=fast", "trainer=cpu", f"model.name_or_path={chat}",
+                                 f"reward_model={tmp_path / 'rm'}", f"data.source.path={tmp_path / 'train.jsonl'}",
+                                 f"data.source.heldout_path={tmp_path / 'test.jsonl'}", "data.source.tiers=column",
+                                 "data.source.columns.difficulty=steps", "algo.micro_batch_rows=3"])
+    final = train(cfg)
+    assert any(k.startswith("eval/accuracy/") for k in final), final
+    scalars = read_scalars(tmp_path / "run")
+    for name in ("correctness_reward", "format_reward", "reward_model"):
+        values = [v for _, v in scalars[f"reward/{name}/mean"]]
+        assert len(values) == 4, name
+    assert all(0 < v < 1 for _, v in scalars["reward/reward_model/mean"])  # a sigmoid of a real forward

@@ -153,3 +153,24 @@ def test_the_rollout_passes_each_completions_token_ids(tmp_path):
     assert CALLS[0]["completion_ids"] == expected and CALLS[0]["completions"] == ro.texts
     lengths = ro.completion_mask.sum(dim=1).float().view(2, 3)
     assert torch.equal(sampled.parts["spy"][0, [0, 2]], lengths[0, [0, 2]]) and sampled.parts["spy"][0, 1].isnan()
+
+
+def test_under_the_chat_template_rewards_see_the_messages_the_model_saw(tmp_path):
+    from grpo_aug.data.prompt_format import ChatPrompt
+
+    path = build_chat_model(tmp_path / "chat")
+    CALLS.clear()
+    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+                   reward=RewardSet([RewardFunction(TRLReward(spy))]),
+                   rollout=RolloutSettings(group_size=2, temperatures=(1.0,), top_p=1.0, max_new_tokens=4,
+                                           filter=GroupFilter(zero_std=False)), algo=AlgoSettings(),
+                   prompt_format=ChatPrompt(system_prompt="Be brief."))
+    m.configure_model()
+    text = Prompt("t", "2+3?", "2+3?", "5", "5", "easy")  # a text record, rendered as a chat
+    conv = Prompt("c", "4+4?", "4+4?", "8", "8", "easy", context=(("system", "Use steps."),))
+    sampled = m.sampler.sample_round(m.policy, [text, conv], m.rollout_settings, torch.Generator().manual_seed(0))
+    call = CALLS[0]
+    brief = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    assert call["prompts"][:2] == [brief, brief]
+    assert call["prompts"][2] == [{"role": "system", "content": "Use steps."}, {"role": "user", "content": "4+4?"}]
+    assert call["completions"] == [[{"role": "assistant", "content": t}] for t in sampled.rollout.texts]

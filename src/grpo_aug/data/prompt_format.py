@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
+from grpo_aug.data.records import Prompt
+
 MAX_RENDERED = 100_000  # rendered prompts kept for reuse
 Context = tuple[tuple[str, str], ...] | None  # (role, content) messages before the user's text; None: a text prompt
 
@@ -23,6 +25,10 @@ Context = tuple[tuple[str, str], ...] | None  # (role, content) messages before 
 class PlainPrompt:
     def bind(self, tokenizer: PreTrainedTokenizerBase, where: str = "") -> PlainPrompt:
         return self
+
+    def conversation(self, record: Prompt) -> None:
+        """The messages the model sees, for rewards that read them: none, it sees text."""
+        return None
 
     def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
         if contexts is not None and any(c is not None for c in contexts):
@@ -51,6 +57,10 @@ class ChatPrompt:
         has_system = any(role == "system" for role, _ in context)
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt and not has_system else []
         return [*system, *({"role": r, "content": c} for r, c in context), {"role": "user", "content": text}]
+
+    def conversation(self, record: Prompt) -> list[dict[str, str]]:
+        """The messages the model sees for a record (before hints), for rewards that read them."""
+        return self.messages(record.prompt, record.context)
 
     def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
         if self.tokenizer is None:

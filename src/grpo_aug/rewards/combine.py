@@ -91,9 +91,11 @@ class RewardSet:
         return any(rf.batched for rf in self.functions)
 
     def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]],
-              completion_ids: Sequence[Sequence[int]] | None = None, state: TrainerState | None = None) -> Scores:
-        """prompts [B], completions [B][G]; completion_ids [B*G] token id lists and the trainer
-        state, which batched functions receive (needed only when one is configured)."""
+              completion_ids: Sequence[Sequence[int]] | None = None, state: TrainerState | None = None,
+              conversations: Sequence[list[dict] | None] | None = None) -> Scores:
+        """prompts [B], completions [B][G]; what batched functions also receive: completion_ids
+        [B*G] token id lists (needed only when one is configured), the trainer state, and per
+        prompt [B] the messages the model saw when the chat template rendered it (None: text)."""
         B, G = len(prompts), len(completions[0])
         total = torch.zeros(B, G)  # [B, G]
         scored = torch.ones(B, G, dtype=torch.bool)  # [B, G]
@@ -102,7 +104,8 @@ class RewardSet:
         for i, rf in enumerate(self.functions):
             errors[rf.name] = timeouts[rf.name] = 0
             if rf.batched:
-                values = self._call_batch(i, rf, prompts, completions, completion_ids, state, errors, timeouts)
+                values = self._call_batch(i, rf, prompts, completions, completion_ids, state, conversations, errors,
+                                          timeouts)
             else:
                 values = [self._call(i, rf, prompt, text, errors, timeouts)
                           for prompt, row in zip(prompts, completions, strict=True) for text in row]
@@ -118,13 +121,16 @@ class RewardSet:
 
     def _call_batch(self, index: int, rf: RewardFunction, prompts: Sequence[Prompt],
                     completions: Sequence[Sequence[str]], completion_ids: Sequence[Sequence[int]] | None,
-                    state: TrainerState | None, errors: dict[str, int], timeouts: dict[str, int]) -> list:
+                    state: TrainerState | None, conversations: Sequence[list[dict] | None] | None,
+                    errors: dict[str, int], timeouts: dict[str, int]) -> list:
         """One call with every row; what it returns, checked, or None for every row of a failed call."""
         rows = [p for p, row in zip(prompts, completions, strict=True) for _ in row]  # [B*G]
         texts = [t for row in completions for t in row]  # [B*G]
         if completion_ids is None:
             raise ValueError(f"reward function {rf.name!r} is batched and takes completion_ids; none were given")
-        args = (rows, texts, completion_ids, state or TrainerState(0, 0))
+        chats = None if conversations is None else [c for c, row in zip(conversations, completions, strict=True)
+                                                    for _ in row]  # [B*G]
+        args = (rows, texts, completion_ids, state or TrainerState(0, 0), chats)
         where = f"the step's {len(rows)} rows"
         value = self._guarded(index, rf, args, where, len(rows), errors, timeouts)
         if value is _FAILED:

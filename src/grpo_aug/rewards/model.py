@@ -2,10 +2,11 @@
 
 An `AutoModelForSequenceClassification` (a local path or hub id) scores each prompt + completion:
 its first logit, then `(logit - shift) / scale`, squashed by a sigmoid if asked (so that it can sit
-next to 0/1 rewards with a known weight). As in TRL, a conversational row is rendered through the
-reward model's own chat template (its messages, then the completion as the assistant's); a text
-row is the prompt text followed by the completion. Batched, without gradients, in rows of
-`batch_size`, on the trainer's device (the current CUDA device, else the CPU).
+next to 0/1 rewards with a known weight). As in TRL, a conversational prompt (one the run renders
+through the chat template) goes through the reward model's own chat template (the messages the
+policy saw, then the completion as the assistant's); a text prompt is followed by the completion.
+Batched, without gradients, in rows of `batch_size`, on the trainer's device (the current CUDA
+device, else the CPU).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.rewards.trl import conversations_of
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -50,24 +52,26 @@ class ModelReward:
         self.batch_size, self.shift, self.scale, self.sigmoid = batch_size, shift, scale, sigmoid
         self.max_length = max_length
 
-    def texts(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[str]:
+    def texts(self, prompts: Sequence[Prompt], completions: Sequence[str],
+              conversations: Sequence[list[dict] | None] | None = None) -> list[str]:
         out = []
-        for p, c in zip(prompts, completions, strict=True):
-            if p.context is None:
+        for p, c, chat in zip(prompts, completions, conversations_of(prompts, conversations), strict=True):
+            if chat is None:
                 out.append(p.prompt + c)
                 continue
             if not getattr(self.tokenizer, "chat_template", None):
                 raise ValueError(f"reward model {self.name_or_path!r} has no chat template, and prompt {p.id!r} is a "
                                  "conversation: use a reward model with one")
-            out.append(self.tokenizer.apply_chat_template([*p.messages(), {"role": "assistant", "content": c}],
+            out.append(self.tokenizer.apply_chat_template([*chat, {"role": "assistant", "content": c}],
                                                           tokenize=False))
         return out
 
     @torch.no_grad()
-    def __call__(self, prompts: Sequence[Prompt], texts: Sequence[str], completion_ids=None, state=None) -> list[float]:
+    def __call__(self, prompts: Sequence[Prompt], texts: Sequence[str], completion_ids=None, state=None,
+                 conversations: Sequence[list[dict] | None] | None = None) -> list[float]:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.model.to(device)
-        inputs, scores = self.texts(prompts, texts), []
+        inputs, scores = self.texts(prompts, texts, conversations), []
         for i in range(0, len(inputs), self.batch_size):
             enc = self.tokenizer(inputs[i : i + self.batch_size], return_tensors="pt", padding=True,
                                  padding_side="right", add_special_tokens=False,

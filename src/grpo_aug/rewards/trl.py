@@ -3,12 +3,13 @@
 TRL calls a reward function once per batch as
     fn(prompts=[...], completions=[...], completion_ids=[[...]], **columns, trainer_state=state)
 with one entry per completion (a prompt repeats for each of its group's rows) and returns a list of
-floats, None where it cannot score. A conversational row passes its prompt as its list of
-`{role, content}` messages and each completion as `[{"role": "assistant", "content": text}]`; a
-text row passes both as strings. Every other dataset column arrives as a keyword argument, a list
-over the rows. Records built here (synthetic, GSM8K) and prompt variants, whose dataset columns
-would be stale, pass their own fields instead: `question`, `answer` (the normalised final answer),
-`solution`, `bucket`, `id`.
+floats, None where it cannot score. As in TRL, a prompt the chat template renders
+(data/prompt_format=chat) is conversational: it is passed as the list of `{role, content}` messages
+the model saw (the system prompt included) and each completion as
+`[{"role": "assistant", "content": text}]`; a text prompt passes both as strings. Every other
+dataset column arrives as a keyword argument, a list over the rows. Records built here (synthetic,
+GSM8K) and prompt variants, whose dataset columns would be stale, pass their own fields instead:
+`question`, `answer` (the normalised final answer), `solution`, `bucket`, `id`.
 
     reward.functions:
       - _target_: grpo_aug.rewards.RewardFunction
@@ -66,13 +67,24 @@ class TRLReward:
         self.name = getattr(inner, "__name__", type(inner).__name__)
 
     def __call__(self, prompts: Sequence[Prompt], texts: Sequence[str], completion_ids: Sequence[Sequence[int]],
-                 state: TrainerState) -> object:
-        """prompts, texts, completion_ids: one entry per row (N). Returns what the function returns."""
-        chat = [p.context is not None for p in prompts]
+                 state: TrainerState, conversations: Sequence[list[dict] | None] | None = None) -> object:
+        """prompts, texts, completion_ids, conversations: one entry per row (N). Returns what the
+        function returns."""
+        chats = conversations_of(prompts, conversations)
         rows = [row_columns(p) for p in prompts]
         keys = dict.fromkeys(k for r in rows for k in r if k not in ("prompt", "completion", "completion_ids"))
         columns = {k: [r.get(k) for r in rows] for k in keys}  # as TRL passes them: a list per column
         return self.fn(
-            prompts=[p.messages() if c else p.prompt for p, c in zip(prompts, chat, strict=True)],
-            completions=[[{"role": "assistant", "content": t}] if c else t for t, c in zip(texts, chat, strict=True)],
+            prompts=[p.prompt if c is None else c for p, c in zip(prompts, chats, strict=True)],
+            completions=[t if c is None else [{"role": "assistant", "content": t}]
+                         for t, c in zip(texts, chats, strict=True)],
             completion_ids=[list(ids) for ids in completion_ids], **columns, trainer_state=state)
+
+
+def conversations_of(prompts: Sequence[Prompt], conversations: Sequence[list[dict] | None] | None,
+                     ) -> list[list[dict] | None]:
+    """Per row, the messages the model saw (None: a text prompt). Without the run's prompt format
+    to say so, a record is a conversation when its dataset row was one."""
+    if conversations is not None:
+        return list(conversations)
+    return [None if p.context is None else p.messages() for p in prompts]

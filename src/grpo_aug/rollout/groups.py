@@ -111,11 +111,12 @@ class GroupSampler:
             ro, hinted = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
             tokens += int(ro.completion_mask[hinted.to(ro.completion_mask.device)].sum())
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
-        ids = None
-        if self.reward.batched:  # functions written for TRL also take the completions' token ids
+        ids = chats = None
+        if self.reward.batched:  # functions written for TRL also take token ids and the messages seen
             ids = [row[done].tolist() for row, done in
                    zip(ro.input_ids[:, ro.prompt_len :].cpu(), ro.completion_mask.bool().cpu(), strict=True)]
-        scores = self.reward.score(prompts, completions, ids, state)  # [n, R]
+            chats = [self.prompt_format.conversation(p) for p in prompts]
+        scores = self.reward.score(prompts, completions, ids, state, chats)  # [n, R]
         lengths = ro.completion_mask.sum(dim=1)  # [n*R]
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
