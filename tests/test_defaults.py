@@ -56,6 +56,8 @@ def yaml_settings() -> dict[tuple[str, str], dict[str, object]]:
                 walk(value, where)
 
     for path in sorted(CONF.rglob("*.yaml")):
+        if path.parent.name == "experiment":  # an experiment lists what it changes, on purpose
+            continue
         walk(OmegaConf.to_container(OmegaConf.load(path), resolve=False), str(path.relative_to(CONF)))
     return found
 
