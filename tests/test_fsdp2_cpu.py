@@ -1,6 +1,7 @@
 """FSDP2 (trainer=fsdp) on two gloo CPU processes: the sharded update equals one process's over
 the same global batch, and whole runs train, save, resume with another number of ranks, and train
-LoRA adapters, with generation and refill rounds voted across ranks under real sharding."""
+LoRA adapters, with generation and refill rounds voted across ranks under real sharding, and
+micro-batches."""
 
 from __future__ import annotations
 
@@ -146,7 +147,9 @@ def test_fsdp2_runs_save_resume_across_rank_counts_and_train_lora(tmp_path):
     assert b.returncode == 0, b.stderr[-3000:]
     assert [s for s, _ in read_scalars(tmp_path / "b" / "run")["eval/accuracy/easy"]] == [6]
     single = tmp_path / "b" / "run" / "checkpoints" / "last.ckpt"
-    c = run_train(tmp_path / "c", [*RUN, *FSDP, f"ckpt_path={single}", "trainer.max_steps=8"], cache=cache)
+    # with micro-batches of 3 rows: the ranks agree on their number under sharded weights
+    micro = ["trainer.max_steps=8", "algo.micro_batch_rows=3"]
+    c = run_train(tmp_path / "c", [*RUN, *FSDP, f"ckpt_path={single}", *micro], cache=cache)
     assert c.returncode == 0, c.stderr[-3000:]
     assert [s for s, _ in read_scalars(tmp_path / "c" / "run")["eval/accuracy/easy"]] == [8]
     lora = run_train(tmp_path / "d", [*RUN, *FSDP, "model/lora=on"], cache=cache)

@@ -21,6 +21,7 @@ import torch
 
 from grpo_aug.algo.chunks import CHUNK_WHEN_SAVING_ABOVE, chunk_saving, length_chunks
 from grpo_aug.algo.logprobs import token_logprobs
+from grpo_aug.lean.decode import sharded
 from grpo_aug.lean.forward import packable
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.rollout.types import Rollout
@@ -57,6 +58,8 @@ class Scorer:
             if len(chunk):
                 part = trim(select_rows(ro, chunk))
                 out[chunk, : part.completion_mask.shape[1]] = self.logprobs(model, part)
+            elif sharded(model) and len(ro.texts):  # another rank scores a part here: its forward is a collective
+                self.logprobs(model, trim(select_rows(ro, torch.zeros(1, dtype=torch.long, device=out.device))))
         return out
 
 

@@ -261,7 +261,11 @@ class GRPOModule(L.LightningModule):
         aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
         parts, nonfinite = [], 0
         for chunk in self.scorer.chunks(self.policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
-            if len(chunk) == 0:  # fewer rows than chunks
+            if len(chunk) == 0 and sharded(self.policy) and len(rows) > 0:
+                # fewer rows here than another rank's parts: under sharded weights every forward is a
+                # collective, so a stand-in row runs one, weighted 0
+                loss, stats = 0.0 * chunk_loss(self.policy, self.scorer, a, step, rows[:1], beta, aggregate)[0], None
+            elif len(chunk) == 0:  # fewer rows than chunks
                 loss, stats = zero_loss(self.policy), None
             else:
                 loss, stats = chunk_loss(self.policy, self.scorer, a, step, rows[chunk], beta, aggregate, entropy)
