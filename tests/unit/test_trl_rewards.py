@@ -136,14 +136,20 @@ def test_functions_by_import_path_and_bad_paths_fail_before_training():
         TRLReward("reward_len")
 
 
-def test_the_rollout_passes_each_completions_token_ids(tmp_path):
-    path = build_chat_model(tmp_path / "chat")
+def _spied_module(path, group_size: int, prompt_format=None) -> GRPOModule:
+    """A module on the chat model whose only reward is `spy`."""
     CALLS.clear()
     m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
                    reward=RewardSet([RewardFunction(TRLReward(spy))]),
-                   rollout=RolloutSettings(group_size=3, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
-                                           filter=GroupFilter(zero_std=False)), algo=AlgoSettings())
+                   rollout=RolloutSettings(group_size=group_size, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
+                                           filter=GroupFilter(zero_std=False)), algo=AlgoSettings(),
+                   prompt_format=prompt_format)
     m.configure_model()
+    return m
+
+
+def test_the_rollout_passes_each_completions_token_ids(tmp_path):
+    m = _spied_module(build_chat_model(tmp_path / "chat"), group_size=3)
     prompts = [Prompt(f"p{i}", f"{i}+1?", f"Q: {i}+1?\nA: ", str(i + 1), str(i + 1), "easy") for i in range(2)]
     sampled = m.sampler.sample_round(m.policy, prompts, m.rollout_settings, torch.Generator().manual_seed(0),
                                      TrainerState(3, 9))
@@ -158,14 +164,7 @@ def test_the_rollout_passes_each_completions_token_ids(tmp_path):
 def test_under_the_chat_template_rewards_see_the_messages_the_model_saw(tmp_path):
     from grpo_aug.data.prompt_format import ChatPrompt
 
-    path = build_chat_model(tmp_path / "chat")
-    CALLS.clear()
-    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-                   reward=RewardSet([RewardFunction(TRLReward(spy))]),
-                   rollout=RolloutSettings(group_size=2, temperatures=(1.0,), top_p=1.0, max_new_tokens=4,
-                                           filter=GroupFilter(zero_std=False)), algo=AlgoSettings(),
-                   prompt_format=ChatPrompt(system_prompt="Be brief."))
-    m.configure_model()
+    m = _spied_module(build_chat_model(tmp_path / "chat"), 2, ChatPrompt(system_prompt="Be brief."))
     text = Prompt("t", "2+3?", "2+3?", "5", "5", "easy")  # a text record, rendered as a chat
     conv = Prompt("c", "4+4?", "4+4?", "8", "8", "easy", context=(("system", "Use steps."),))
     sampled = m.sampler.sample_round(m.policy, [text, conv], m.rollout_settings, torch.Generator().manual_seed(0))
