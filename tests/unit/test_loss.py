@@ -2,7 +2,39 @@ import math
 
 import torch
 
-from grpo_aug.algo import LOG_RATIO_BOUND, grpo_loss, grpo_loss_with_stats, k3_kl
+from grpo_aug.algo import LOG_RATIO_BOUND, group_advantages, k3_kl, policy_loss
+
+
+def grpo_loss_with_stats(
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float = 0.04,
+    clip_eps: float = 0.2,
+    adv_clip: float = 10.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO's scalar form over [B, G, T] grids, plus detached stats (kl, clip fractions, ratios, advantages)."""
+    adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
+    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
+                              clip_eps_high=clip_eps)
+    stats["advantages"] = adv.detach()
+    return loss, stats
+
+
+def grpo_loss(
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float = 0.04,
+    clip_eps: float = 0.2,
+    adv_clip: float = 10.0,
+) -> torch.Tensor:
+    """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
+    return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
 
 
 def _k3(logp: float, ref: float) -> float:

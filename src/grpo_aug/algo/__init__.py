@@ -5,13 +5,11 @@ Token log-probs live in `grpo_aug.algo.logprobs` (not re-exported: it runs model
 
 from grpo_aug.algo.advantages import group_advantages
 from grpo_aug.algo.kl import k3_kl
-from grpo_aug.algo.loss import LOG_RATIO_BOUND, grpo_loss, grpo_loss_with_stats, policy_loss
+from grpo_aug.algo.loss import LOG_RATIO_BOUND, policy_loss
 
 __all__ = [
     "LOG_RATIO_BOUND",
     "group_advantages",
-    "grpo_loss",
-    "grpo_loss_with_stats",
     "k3_kl",
     "policy_loss",
 ]

@@ -29,5 +29,3 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor, bound: float) -> torch.T
     d = _diff(logps, ref_logps, bound)
     return torch.exp(d) - d - 1.0
 
-
-KL_ESTIMATORS = {"k1": k1_kl, "k2": k2_kl, "k3": k3_kl}

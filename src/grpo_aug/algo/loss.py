@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_aug.algo.advantages import group_advantages
 from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.kl import k3_kl
 from grpo_aug.algo.ratio import TokenRatio
@@ -88,38 +87,6 @@ def policy_loss(
             "ratio_max": torch.where(on, ratio_t, zero).max() if on.any() else zero,
         }
     return loss, stats
-
-
-def grpo_loss_with_stats(
-    logps: torch.Tensor,
-    ref_logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    rewards: torch.Tensor,
-    mask: torch.Tensor,
-    beta: float = 0.04,
-    clip_eps: float = 0.2,
-    adv_clip: float = 10.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """grpo_loss plus detached stats (kl_mean, clip fractions, ratio stats, advantages)."""
-    adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
-    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
-                              clip_eps_high=clip_eps)
-    stats["advantages"] = adv.detach()
-    return loss, stats
-
-
-def grpo_loss(
-    logps: torch.Tensor,
-    ref_logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    rewards: torch.Tensor,
-    mask: torch.Tensor,
-    beta: float = 0.04,
-    clip_eps: float = 0.2,
-    adv_clip: float = 10.0,
-) -> torch.Tensor:
-    """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
-    return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
 
 
 STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")

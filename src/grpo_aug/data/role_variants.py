@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.data.variants import _NUMBER, WORD_VALUES, VariantFailed, _format, _value
+from grpo_aug.data.variants import NUMBER, WORD_VALUES, VariantFailed, format_like, number_value
 from grpo_aug.mathtext import ANNOTATION, NotArithmetic, evaluate, matches
 
 _BINARY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([-+*/])\s*(\d+(?:\.\d+)?)\s*$")
@@ -61,7 +61,7 @@ def binary_chain(solution: str) -> list[Step]:
 
 
 def _text(value: Fraction) -> str:
-    return _format(value, "0.00") if value.denominator != 1 else str(value.numerator)
+    return format_like(value, "0.00") if value.denominator != 1 else str(value.numerator)
 
 
 def _inverse(y: Fraction, step: Step, carried_left: bool) -> str:
@@ -82,7 +82,7 @@ class RoleReversal:
 
     def __call__(self, record: Prompt, rng: random.Random) -> Prompt:
         steps = binary_chain(record.solution)
-        if "/" in record.answer or steps[-1].value != _value(record.answer):
+        if "/" in record.answer or steps[-1].value != number_value(record.answer):
             raise VariantFailed("the last step does not give the final answer")
         x = steps[0].left
         sides = [True]  # is the carried value the left operand of each step
@@ -104,7 +104,7 @@ class RoleReversal:
             # 2, 12, 60 ... may be a word in the question ("twice", "a dozen", "an hour"): the
             # number the question shows could be another quantity of the same value
             raise VariantFailed(f"the starting quantity {_text(x)} may stand for a word")
-        places = [m for m in _NUMBER.finditer(record.question) if _value(m.group(0)) == x]
+        places = [m for m in NUMBER.finditer(record.question) if number_value(m.group(0)) == x]
         if len(places) != 1:
             raise VariantFailed(f"the starting quantity {_text(x)} is not in the question exactly once")
         y, lines = steps[-1].value, []
@@ -155,7 +155,7 @@ class ConstraintChange:
                 expression = f"({expression})"
             expression = f"{expression} {op} {_text(operand)}"
             value = new
-        if value == _value(record.answer):
+        if value == number_value(record.answer):
             raise VariantFailed("the swap leaves the answer unchanged")
         question = f"What is {expression}?"
         return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question),

@@ -29,7 +29,7 @@ from fractions import Fraction
 from grpo_aug.data.records import Prompt
 from grpo_aug.mathtext import ANNOTATION, WRITTEN_NUMBER, NotArithmetic, evaluate, matches
 
-_NUMBER = re.compile(r"(?<![\d.])" + WRITTEN_NUMBER)
+NUMBER = re.compile(r"(?<![\d.])" + WRITTEN_NUMBER)
 # values that often stand for a word in the question ("twice", "half", "a dozen", "per hour")
 WORD_VALUES = frozenset(Fraction(v) for v in (0, 1, 2, 3, 4, 7, 10, 12, 24, 30, 52, 60, 100, 365, 1000))
 MAX_DECIMALS = 2
@@ -43,7 +43,7 @@ class BadDraw(VariantFailed):
     """These particular new numbers do not work (a step turned negative or fractional); others may."""
 
 
-def _value(text: str) -> Fraction:
+def number_value(text: str) -> Fraction:
     return Fraction(text.replace(",", ""))
 
 
@@ -51,7 +51,7 @@ def _decimals(text: str) -> int:
     return len(text.split(".", 1)[1]) if "." in text else 0
 
 
-def _format(value: Fraction, like: str) -> str:
+def format_like(value: Fraction, like: str) -> str:
     """`value` written like `like`: thousands separators kept, decimals only as needed."""
     if value.denominator == 1:
         text = str(value.numerator)
@@ -104,11 +104,11 @@ class NumericSubstitution:
         steps = ANNOTATION.findall(record.solution)
         if not steps:
             raise VariantFailed("the solution has no calculator steps")
-        used = {_value(n) for expr, _ in steps for n in _NUMBER.findall(expr)}
+        used = {number_value(n) for expr, _ in steps for n in NUMBER.findall(expr)}
         # question number (as a value) -> its new written form
         swap: dict[Fraction, str] = {}
-        for text in _NUMBER.findall(record.question):
-            value = _value(text)
+        for text in NUMBER.findall(record.question):
+            value = number_value(text)
             if value in used and value not in self.keep and value not in swap:
                 swap[value] = _same_shape(text, rng)
         if not swap:
@@ -122,49 +122,49 @@ class NumericSubstitution:
                 raise VariantFailed(f"step {expr!r} does not evaluate: {err}") from None
             if not matches(old_value, claimed.strip()):
                 raise VariantFailed(f"the original step {expr}={claimed} is wrong")
-            new_expr = _NUMBER.sub(lambda m: self._renumber(m.group(0), swap, results), expr)
+            new_expr = NUMBER.sub(lambda m: self._renumber(m.group(0), swap, results), expr)
             try:
                 new_value = evaluate(new_expr)
             except NotArithmetic as err:
                 raise BadDraw(f"step {new_expr!r} does not evaluate: {err}") from None
-            old_claimed = _value(claimed.strip().lstrip("$"))
+            old_claimed = number_value(claimed.strip().lstrip("$"))
             if new_value < 0 <= old_claimed:
                 raise BadDraw(f"step {new_expr} turns negative")
             if new_value.denominator != 1 and old_claimed.denominator == 1:
                 raise BadDraw(f"step {new_expr} turns fractional")
             results[old_claimed] = new_value
             new_steps.append((expr, claimed, new_expr, new_value))
-        final = _value(record.answer) if "/" not in record.answer else None
+        final = number_value(record.answer) if "/" not in record.answer else None
         if final is None or final not in results:
             raise VariantFailed("the final answer is not a step result")
-        answer = _format(results[final], record.answer)
-        question = _NUMBER.sub(lambda m: swap.get(_value(m.group(0)), m.group(0)), record.question)
+        answer = format_like(results[final], record.answer)
+        question = NUMBER.sub(lambda m: swap.get(number_value(m.group(0)), m.group(0)), record.question)
         solution = self._rewrite_solution(record.solution, new_steps, swap, results, answer)
         return replace(record, columns=None, question=question, prompt=record.prompt.replace(record.question, question),
                        answer=answer, solution=solution)
 
     @staticmethod
     def _renumber(text: str, swap: dict[Fraction, str], results: dict[Fraction, Fraction]) -> str:
-        value = _value(text)
-        if value in results and value in swap and _value(swap[value]) != results[value]:
+        value = number_value(text)
+        if value in results and value in swap and number_value(swap[value]) != results[value]:
             raise BadDraw(f"{text} is both a question number and an earlier result")
         if value in results:
-            return _format(results[value], text)
+            return format_like(results[value], text)
         return swap.get(value, text).replace(",", "")
 
     @staticmethod
     def _rewrite_solution(solution, new_steps, swap, results, answer) -> str:
         out = solution
         for expr, claimed, new_expr, new_value in new_steps:
-            written = _format(new_value, claimed)
+            written = format_like(new_value, claimed)
             out = out.replace(f"<<{expr}={claimed}>>", f"<<{new_expr}={written}>>", 1)
         # numbers in the prose: earlier results first, then question numbers
         body, _, _ = out.rpartition("####")
         parts = re.split(r"(<<[^<>]*>>)", body)
         for i in range(0, len(parts), 2):
-            parts[i] = _NUMBER.sub(
-                lambda m: _format(results[_value(m.group(0))], m.group(0)) if _value(m.group(0)) in results
-                else swap.get(_value(m.group(0)), m.group(0)), parts[i])
+            parts[i] = NUMBER.sub(
+                lambda m: format_like(results[number_value(m.group(0))], m.group(0))
+                if number_value(m.group(0)) in results else swap.get(number_value(m.group(0)), m.group(0)), parts[i])
         return "".join(parts) + f"#### {answer}"
 
 

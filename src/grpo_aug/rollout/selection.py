@@ -68,9 +68,9 @@ class PromptSelection:
     def __init__(self, predictor=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
                  seed: int = 0, audit: float = 0.1, max_rounds: int = 2, answer: AnswerFormat | None = None) -> None:
         if not 0 <= audit < 1:
-            raise ValueError(f"rollout.selection.audit must be in [0, 1), got {audit}")
+            raise ValueError(f"rollout.selector.audit must be in [0, 1), got {audit}")
         if max_rounds < 0:
-            raise ValueError(f"rollout.selection.max_rounds must be >= 0, got {max_rounds}")
+            raise ValueError(f"rollout.selector.max_rounds must be >= 0, got {max_rounds}")
         self.selector = predictor or NoSelector()
         if self.selector.active and prompt_pool is None:
             raise ValueError("rollout.selector needs a prompt pool to replace skipped prompts")
@@ -204,10 +204,10 @@ class RankedSelection(PromptSelection):
                  seed: int = 0, audit: float = 0.05, spares: int = 4, answer: AnswerFormat | None = None,
                  max_flat: float = 0.5) -> None:
         if spares < 0:
-            raise ValueError(f"rollout.selection.spares must be >= 0, got {spares}")
+            raise ValueError(f"rollout.selector.spares must be >= 0, got {spares}")
         super().__init__(predictor, history, prompt_pool, seed, audit, spares, answer)  # max_rounds: spares per slot
         if not 0 < max_flat <= 1:
-            raise ValueError(f"rollout.selection.max_flat must be in (0, 1], got {max_flat}")
+            raise ValueError(f"rollout.selector.max_flat must be in (0, 1], got {max_flat}")
         self.max_flat = max_flat
 
     def _choose(self, batch: list[Prompt], spares: list[Prompt], step: int, references: dict[str, float]):
