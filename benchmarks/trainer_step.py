@@ -82,8 +82,8 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     import lightning as L
     from torch.utils.data import DataLoader
 
-    import grpo_aug.algo.scoring as scoring_lib
     import grpo_aug.rollout.engine as engine_lib
+    import grpo_aug.update.scoring as scoring_lib
     from grpo_aug.algo.beta import ConstantBeta
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth

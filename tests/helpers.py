@@ -165,7 +165,7 @@ class DecisionLog(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.rollout_settings.temperatures),
+        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.temperature_ladder),
                            "beta": pl_module.algo.beta(step), "lr": trainer.optimizers[0].param_groups[0]["lr"]}
 
     def on_train_end(self, trainer, pl_module) -> None:

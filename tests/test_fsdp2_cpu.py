@@ -38,8 +38,8 @@ def _steps(model, ids, attn, adv, reduce_norm):
     """STEPS AdamW steps of the clipped GRPO loss (old = the policy at each step) with the project's
     own scoring, loss, gradient norm and clipping; returns [(loss, grad norm)] per step."""
     from grpo_aug.algo import policy_loss
-    from grpo_aug.algo.logprobs import token_logprobs
     from grpo_aug.algo.optim import clip_gradients_, gradient_norm
+    from grpo_aug.lean.logprobs import token_logprobs
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     out = []

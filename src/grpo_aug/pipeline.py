@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -119,7 +120,8 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         module.configure_model()
         module.policy.load_state_dict(weights)
     if getattr(datamodule.source, "tiers", None) == "pass_rate":
-        retier_by_pass_rate(module, datamodule, rollout.max_new_tokens, cfg.seed)
+        retier_by_pass_rate(functools.partial(module.pass_rates, max_new_tokens=rollout.max_new_tokens, seed=cfg.seed),
+                            datamodule)
     return module, datamodule, callbacks
 
 

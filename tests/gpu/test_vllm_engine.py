@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
 
 
 def test_vllm_engine_samples_from_pushed_weights(tmp_path):
-    from grpo_aug.algo.logprobs import token_logprobs
+    from grpo_aug.lean.logprobs import token_logprobs
     from grpo_aug.models.loading import load_policy, load_tokenizer
     from grpo_aug.rollout.engine import VLLMEngine
     from helpers import build_chat_model

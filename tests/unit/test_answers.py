@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_aug.answers import AUTO, normalize, value
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import AnswerFormat, MathReward
-from grpo_aug.rewards.answers import AUTO, normalize, value
 
 BOXED = AnswerFormat(["boxed"], fallback_last_number=False)
 TAG = AnswerFormat(["tag"], fallback_last_number=False)

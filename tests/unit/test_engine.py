@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 
-from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine, rollout_from_ids
 from helpers import TINY, read_scalars, train_here

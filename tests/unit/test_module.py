@@ -266,7 +266,7 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
 
 
 def test_packed_models_score_in_one_chunk_others_in_length_chunks(tiny_model_dir, monkeypatch):
-    import grpo_aug.algo.scoring as scoring_lib
+    import grpo_aug.update.scoring as scoring_lib
 
     m = _module(tiny_model_dir, algo=AlgoSettings(length_chunks=4))
     lengths = torch.tensor([30, 1, 1, 1, 2, 2, 1, 1])  # one long row: chunks would save most of the block
@@ -430,7 +430,7 @@ def test_micro_batches_accumulate_the_full_batch_gradient(tiny_model_dir, monkey
 
 
 def test_micro_batch_parts_are_bounded_and_agree_across_ranks():
-    from grpo_aug.algo.scoring import micro_batches
+    from grpo_aug.update.scoring import micro_batches
 
     chunk = [torch.arange(16)]
     assert [len(p) for p in micro_batches(chunk, 3, lambda x: x)] == [3, 3, 3, 3, 2, 2]

@@ -7,10 +7,10 @@ import functools
 import pytest
 import torch
 
-from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.lean.decode import LEAN_FLAG, supports
+from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.update import chunk_loss

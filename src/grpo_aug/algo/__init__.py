@@ -1,7 +1,6 @@
-"""Pure tensor functions of the GRPO update: advantages, KL estimators, the clipped loss.
-
-Token log-probs live in `grpo_aug.algo.logprobs` (not re-exported: it runs models through
-`grpo_aug.lean`, which itself uses `grpo_aug.algo.chunks`)."""
+"""Pure tensor functions of the GRPO update: advantages, KL estimators, ratios, aggregation, the
+clipped loss, masks, length chunks. Nothing here runs a model or imports another grpo_aug package
+but `mathtext`: what runs models to score rows lives in `grpo_aug.update`."""
 
 from grpo_aug.algo.advantages import group_advantages
 from grpo_aug.algo.kl import k3_kl

@@ -24,10 +24,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from grpo_aug.answers import AnswerFormat, normalize
 from grpo_aug.data.gsm8k import bucket_for_steps
 from grpo_aug.data.records import ROLES, Prompt
 from grpo_aug.data.rows import BadRow, keep_good_rows
-from grpo_aug.rewards.answers import AnswerFormat, normalize
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ two kinds of prompt that give GRPO flat groups.
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -52,18 +51,12 @@ def report(rates: Sequence[float], buckets: Sequence[str], what: str) -> Counter
     return counts
 
 
-def retier_by_pass_rate(module, datamodule, max_new_tokens: int, seed: int) -> None:
-    """Measure every training and held-out prompt with the module's starting policy and answer
-    format, and give the DataModule the buckets. Runs before training, on the GPU when there is one."""
+def retier_by_pass_rate(measure: Callable[[list[Prompt], int, float], list[float]], datamodule) -> None:
+    """Measure every training and held-out prompt with `measure(records, samples, temperature)`
+    (the module's starting policy and answer format) and give the DataModule the buckets."""
     source = datamodule.source
-    module.configure_model()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
-    module.policy.to(device)
     train, heldout = datamodule.train_records, datamodule.heldout_records
-    rates = pass_rates(module.sampler.engine, module.policy, module.tokenizer, module.prompt_format,
-                       module.val_accuracy.exact, train + heldout, source.pass_rate_samples,
-                       source.pass_rate_temperature, max_new_tokens, seed=seed)
-    module.policy.to("cpu")  # Lightning places it
+    rates = measure(train + heldout, source.pass_rate_samples, source.pass_rate_temperature)
     buckets = [tier(rate, source.easy_min, source.hard_max) for rate in rates]
     report(rates[: len(train)], buckets[: len(train)], "training")
     report(rates[len(train) :], buckets[len(train) :], "held-out")

@@ -75,23 +75,3 @@ def save_merged(model: torch.nn.Module, out: Path) -> Path:
     merged = copy.deepcopy(model).merge_and_unload()
     merged.save_pretrained(out)
     return out
-
-
-def merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The base model's state dict with each adapter's delta added, out of place (merge_adapter
-    then unmerge_adapter would leave the weights a rounding error off). Names are the base model's."""
-    from peft.tuners.lora import LoraLayer
-
-    deltas = {}
-    for name, module in model.get_base_model().named_modules():
-        if isinstance(module, LoraLayer) and not module.merged:
-            delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-            deltas[f"{name}.base_layer.weight"] = delta
-    out = {}
-    with torch.no_grad():
-        for name, tensor in model.get_base_model().state_dict().items():
-            if "lora_" in name:
-                continue
-            value = tensor + deltas[name] if name in deltas else tensor
-            out[name.replace(".base_layer", "")] = value.detach()
-    return out

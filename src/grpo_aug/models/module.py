@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable
 
 import lightning as L
@@ -16,9 +18,9 @@ from grpo_aug.algo.advantages import batch_reward_std
 from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText, loss_mask
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm, lr_factor
-from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.datamodule import PaddingBatch
+from grpo_aug.data.pass_rate import pass_rates
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.lean.decode import sharded
@@ -40,6 +42,7 @@ from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.selection import PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.update.scoring import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,26 @@ class GRPOModule(L.LightningModule):
         if mesh is not None:  # trainer=fsdp: FSDP2 over the data-parallel ranks, before the optimizer exists
             shard_fsdp2(self.policy, mesh)
         self.sampler.engine.setup(self.name_or_path, self.tokenizer, self.seed)
+
+    def pass_rates(self, records: list[Prompt], samples: int, temperature: float, max_new_tokens: int,
+                   seed: int) -> list[float]:
+        """Each record's share of `samples` completions the starting policy gets right (before
+        training: data.source.tiers=pass_rate), on the GPU when there is one."""
+        self.configure_model()
+        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+        self.policy.to(device)
+        rates = pass_rates(self.sampler.engine, self.policy, self.tokenizer, self.prompt_format,
+                           self.val_accuracy.exact, records, samples, temperature, max_new_tokens, seed=seed)
+        self.policy.to("cpu")  # Lightning places it
+        return rates
+
+    @property
+    def temperature_ladder(self) -> tuple[float, ...]:
+        return self.rollout_settings.temperatures
+
+    def set_temperature_ladder(self, ladder) -> None:
+        """The adaptive temperature controller's new ladder, from the next rollout on."""
+        self.rollout_settings = dataclasses.replace(self.rollout_settings, temperatures=tuple(ladder))
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])

@@ -8,10 +8,10 @@ import torch
 
 from grpo_aug.algo import policy_loss
 from grpo_aug.algo.optim import local_shard
-from grpo_aug.algo.scoring import Scorer
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.models.step import PreparedStep
 from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.update.scoring import Scorer
 
 
 def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step: PreparedStep,

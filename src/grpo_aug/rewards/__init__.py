@@ -1,7 +1,7 @@
 """Reward functions: plain callables (prompt record, completion text) -> float | None, and functions
 written for TRL's GRPOTrainer (TRLReward), called once per batch."""
 
-from grpo_aug.rewards.answers import AnswerFormat
+from grpo_aug.answers import AnswerFormat
 from grpo_aug.rewards.combine import RewardFunction, RewardSet, Scores
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.model import ModelReward

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
 from grpo_aug.mathtext import NotArithmetic, evaluate
-from grpo_aug.rewards.answers import AUTO, AnswerFormat
 from grpo_aug.rewards.math import MathReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward, ThinkAnswerFormat

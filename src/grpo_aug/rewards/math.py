@@ -5,8 +5,8 @@ Where the answer is and how answers compare is the run's answer format (`answer=
 
 from __future__ import annotations
 
+from grpo_aug.answers import AUTO, AnswerFormat, normalize
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.answers import AUTO, AnswerFormat, normalize
 
 
 class MathReward:

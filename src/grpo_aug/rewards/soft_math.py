@@ -20,8 +20,8 @@ Example, reference "<<47+38=85>>85\n<<85-9=76>>76\n#### 76":
 
 from __future__ import annotations
 
+from grpo_aug.answers import AUTO, AnswerFormat, normalize, value
 from grpo_aug.data.records import Prompt
-from grpo_aug.rewards.answers import AUTO, AnswerFormat, normalize, value
 from grpo_aug.rewards.process import calculations, in_order, step_results
 
 

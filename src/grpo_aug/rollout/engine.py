@@ -128,12 +128,7 @@ class VLLMEngine:
         """Write the policy's current weights into the engine, once per optimizer step."""
         if step == self.synced_step:
             return
-        if hasattr(policy, "get_base_model"):  # an adapter: the weights it stands for, folded in out of place
-            from grpo_aug.models.lora import merged_weights
-
-            weights = merged_weights(policy)
-        else:
-            weights = {name: p.detach() for name, p in policy.state_dict().items()}
+        weights = policy_weights(policy)
         # vLLM's in-place reload: its loaded parameters no longer carry the loaders that
         # model.load_weights needs
         self._runner().reload_weights(weights_iterator=iter(weights.items()))
@@ -164,3 +159,26 @@ class VLLMEngine:
         return rollout_from_ids(prompts, [list(d.token_ids) for d in done], logprobs, temperatures,
                                 [d.text for d in done], [d.finish_reason == "stop" for d in done],
                                 tokenizer.pad_token_id, device)
+
+
+def policy_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights an engine samples with: the policy's own or, for a PEFT adapter, the base
+    model's with each adapter's delta added, out of place (merge_adapter then unmerge_adapter
+    would leave the policy a rounding error off). Names are the base model's."""
+    if not hasattr(policy, "get_base_model"):
+        return {name: p.detach() for name, p in policy.state_dict().items()}
+    from peft.tuners.lora import LoraLayer
+
+    deltas = {}
+    for name, module in policy.get_base_model().named_modules():
+        if isinstance(module, LoraLayer) and not module.merged:
+            delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
+            deltas[f"{name}.base_layer.weight"] = delta
+    out = {}
+    with torch.no_grad():
+        for name, tensor in policy.get_base_model().state_dict().items():
+            if "lora_" in name:
+                continue
+            value = tensor + deltas[name] if name in deltas else tensor
+            out[name.replace(".base_layer", "")] = value.detach()
+    return out

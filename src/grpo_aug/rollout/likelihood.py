@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from grpo_aug.algo.logprobs import token_logprobs
+from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.engine import rollout_from_ids
 
 

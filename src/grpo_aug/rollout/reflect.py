@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
 from grpo_aug.mathtext import ANNOTATION
-from grpo_aug.rewards.answers import AUTO, AnswerFormat
 from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
 from grpo_aug.rollout.types import Rollout

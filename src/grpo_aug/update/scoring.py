@@ -20,9 +20,9 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.chunks import CHUNK_WHEN_SAVING_ABOVE, chunk_saving, length_chunks
-from grpo_aug.algo.logprobs import token_logprobs
 from grpo_aug.lean.decode import sharded
 from grpo_aug.lean.forward import packable
+from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.rollout.types import Rollout
 
