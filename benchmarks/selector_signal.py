@@ -30,7 +30,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
 from grpo_aug.preflight import pair_auc  # noqa: E402
 from grpo_aug.rewards import MathReward  # noqa: E402
 from grpo_aug.rollout.likelihood import reference_logprobs  # noqa: E402
-from grpo_aug.rollout.sampler import generate  # noqa: E402
+from grpo_aug.rollout.sampling import generate  # noqa: E402
 
 
 def auc(positive: list[float], negative: list[float]) -> float:

@@ -114,32 +114,3 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
         if step > best_step:
             best, best_step = path, step
     return best
-
-
-def rank_any(module, flag: bool) -> bool:
-    """Is `flag` true on any rank (every rank calls this)?"""
-    value = torch.tensor(float(flag), device=module.device)
-    return bool(module.trainer.strategy.reduce(value, reduce_op="sum") > 0)
-
-
-def rank_sum(module, values: torch.Tensor) -> torch.Tensor:
-    """`values` added over ranks (themselves outside a Trainer)."""
-    return _reduce(module, values, "sum")
-
-
-def rank_max(module, values: torch.Tensor) -> torch.Tensor:
-    """The elementwise maximum of `values` over ranks (themselves outside a Trainer)."""
-    return _reduce(module, values, "max")
-
-
-def _reduce(module, values: torch.Tensor, op: str) -> torch.Tensor:
-    if module._trainer is None:
-        return values
-    return module.trainer.strategy.reduce(values.to(module.device), reduce_op=op)
-
-
-def rank_mean(module, value: float) -> float:
-    """The mean of `value` over ranks (itself outside a Trainer)."""
-    if module._trainer is None:
-        return value
-    return float(module.trainer.strategy.reduce(torch.tensor(value, device=module.device), reduce_op="mean"))

@@ -16,7 +16,7 @@ from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.update import chunk_loss
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.sampler import generate
+from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.settings import RolloutSettings
 from helpers import TINY, all_finite, read_scalars, train_here
 

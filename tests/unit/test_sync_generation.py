@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from grpo_aug.rollout.engine import HFEngine
-from grpo_aug.rollout.sampler import generate
+from grpo_aug.rollout.sampling import generate
 
 EOS, PAD, WORD = 2, 0, 5
 VOCAB = 8

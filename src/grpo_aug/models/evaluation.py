@@ -54,7 +54,7 @@ class HeldoutAccuracy(torch.nn.Module):
         """One single-bucket batch: `texts` are its model inputs (prompt format applied), sampled
         by the run's engine (rollout/engine; synced to the policy by the caller) with the run's
         sampling knobs (stop strings, repetition penalty, top-k, min-p).
-        all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampler);
+        all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampling);
         counted=False: generate (the other ranks' forwards need this one) but add nothing."""
         greedy = engine.generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens,
                                  all_done=all_done, knobs=knobs)

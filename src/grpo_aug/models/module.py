@@ -23,6 +23,7 @@ from grpo_aug.data.datamodule import PaddingBatch
 from grpo_aug.data.pass_rate import pass_rates
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import Prompt
+from grpo_aug.distributed import rank_any, rank_max, rank_mean, rank_sum
 from grpo_aug.lean.decode import sharded
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_tokenizer
@@ -32,7 +33,7 @@ from grpo_aug.models.run_counts import RunCounts, RunStream
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.models.step import PreparedStep, step_report, train_scalars
 from grpo_aug.models.update import chunk_loss, zero_loss
-from grpo_aug.resume import gather_per_rank, rank_any, rank_max, rank_mean, rank_sum
+from grpo_aug.resume import gather_per_rank
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine

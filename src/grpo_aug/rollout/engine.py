@@ -5,7 +5,7 @@ budget, the knobs of rollout/knobs.py and a seed for the batch) and returns a Ro
 masks, texts and, when it has them, its log-prob of each sampled token (`rollout/logprob_gap`
 compares them with the trainer's).
 
-    hf    the policy samples itself (rollout/sampler.py: batched, KV-cached, per-row temperatures,
+    hf    the policy samples itself (rollout/sampling.py: batched, KV-cached, per-row temperatures,
           the lean decode loop where the model allows). Nothing to load or to sync.
     vllm  a vLLM engine in the trainer's process on the same GPU (TRL's `vllm_mode="colocate"`
           design). The policy's weights are written into it before every rollout that follows an
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from grpo_aug.rollout.knobs import Knobs
-from grpo_aug.rollout.sampler import generate
+from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.types import Rollout
 
 

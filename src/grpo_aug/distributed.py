@@ -1,0 +1,36 @@
+"""Reductions over ranks, called on every rank, through the module's Lightning strategy (each is
+the value itself outside a Trainer): what decides together under DDP and FSDP (stop votes, chunk
+and micro-batch counts, the batch reward std)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rank_any(module, flag: bool) -> bool:
+    """Is `flag` true on any rank (every rank calls this)?"""
+    value = torch.tensor(float(flag), device=module.device)
+    return bool(module.trainer.strategy.reduce(value, reduce_op="sum") > 0)
+
+
+def rank_sum(module, values: torch.Tensor) -> torch.Tensor:
+    """`values` added over ranks (themselves outside a Trainer)."""
+    return _reduce(module, values, "sum")
+
+
+def rank_max(module, values: torch.Tensor) -> torch.Tensor:
+    """The elementwise maximum of `values` over ranks (themselves outside a Trainer)."""
+    return _reduce(module, values, "max")
+
+
+def _reduce(module, values: torch.Tensor, op: str) -> torch.Tensor:
+    if module._trainer is None:
+        return values
+    return module.trainer.strategy.reduce(values.to(module.device), reduce_op=op)
+
+
+def rank_mean(module, value: float) -> float:
+    """The mean of `value` over ranks (itself outside a Trainer)."""
+    if module._trainer is None:
+        return value
+    return float(module.trainer.strategy.reduce(torch.tensor(value, device=module.device), reduce_op="mean"))
