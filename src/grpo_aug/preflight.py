@@ -115,14 +115,15 @@ def discrimination(reward, prompts: list[Prompt], seed: int, tokenizer=None) -> 
 
 # -- the run ---------------------------------------------------------------------------------
 def sample_batches(module, datamodule, batches: int):
-    """Roll out the first `batches` training batches of the curriculum, as step 0.. would."""
+    """Roll out the first `batches` training batches of the curriculum, as step 0.. would: the
+    prompts the selector picks (and refills, if configured), not the raw batches."""
     sampler = datamodule.make_sampler(start_step=0, rank=0, world_size=1)
     rewards, counted, lengths, truncated, prompts = [], [], [], [], []
     with torch.no_grad():
         for step in range(batches):
             bucket, indices = sampler.draw(step)
             batch = [datamodule.train_records[i] for i in indices]
-            sampled = module.sampler.sample_round(module.policy, batch, module.rollout_settings, module.generator)
+            _, sampled = module.sample_groups(batch, step, step)  # the prompts the selector picks, as training would
             datamodule.schedule.observe(step, bucket,
                                         float(counted_mean(sampled.rewards, sampled.scored)),
                                         float(informative_share(sampled.rewards, sampled.valid)))
@@ -130,7 +131,7 @@ def sample_batches(module, datamodule, batches: int):
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
             lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())
             truncated.append(sampled.rollout.truncated.cpu())
-            prompts += batch
+            prompts += sampled.prompts
     return Samples(torch.cat(rewards), torch.cat(counted), torch.cat(lengths), torch.cat(truncated), prompts)
 
 

@@ -37,11 +37,11 @@ from grpo_aug.resume import gather_per_rank
 from grpo_aug.rewards import AnswerFormat, RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
-from grpo_aug.rollout.groups import GroupSampler, PromptPool
+from grpo_aug.rollout.groups import GroupSampler, PromptPool, SampledGroups
 from grpo_aug.rollout.likelihood import reference_logprobs
 from grpo_aug.rollout.merge import select_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
-from grpo_aug.rollout.selection import PromptSelection
+from grpo_aug.rollout.selection import Picked, PromptSelection
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.update.scoring import Scorer
 
@@ -216,6 +216,19 @@ class GRPOModule(L.LightningModule):
         return reference_logprobs(self.policy, self.tokenizer, texts, [p.solution for p in prompts],
                                   self.rollout_settings.max_new_tokens)
 
+    def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int) -> tuple[Picked, SampledGroups]:
+        """The prompts the feed picks from the batch, their groups rolled out and scored (refill
+        rounds included), and the feed's view of them; no update. `rollout_step` counts rollouts
+        (the data sampler's step), `step` optimizer steps. Preflight calls it alone."""
+        s = self.rollout_settings
+        picked = self.selection.pick(batch, rollout_step, self._reference_logprobs)
+        self.sampler.engine.sync(self.policy, step)  # an external engine samples from these weights
+        state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
+        sampled = self.sampler.sample(self.policy, picked.prompts, s, step, self.generator, state)
+        # every rank's outcomes update the history, the selector and the online buckets alike
+        self.selection.observe(picked, sampled, rollout_step, s.rows_per_prompt, gather_per_rank)
+        return picked, sampled
+
     def prepare(self, batch: list[Prompt]) -> PreparedStep:
         """Everything an update needs, computed once per rollout; no optimizer involved."""
         s, G, a = self.rollout_settings, self.rollout_settings.group_size, self.algo
@@ -224,13 +237,7 @@ class GRPOModule(L.LightningModule):
         # from the same bucket); 2. sample G rows each in one batched rollout (oversampled and
         # down-sampled to the max-variance G if configured), score and dedup them; with the
         # zero-std filter, refill rounds of fresh prompts while too few groups have spread
-        rollout_step = self.global_step // a.updates_per_rollout  # the sampler's step
-        picked = self.selection.pick(batch, rollout_step, self._reference_logprobs)
-        self.sampler.engine.sync(self.policy, self.global_step)  # an external engine samples from these weights
-        state = TrainerState(self.global_step, self.trainer.max_steps if self._trainer is not None else 0)
-        sampled = self.sampler.sample(self.policy, picked.prompts, s, self.global_step, self.generator, state)
-        # every rank's outcomes update the history, the selector and the online buckets alike
-        self.selection.observe(picked, sampled, rollout_step, s.rows_per_prompt, gather_per_rank)
+        picked, sampled = self.sample_groups(batch, self.global_step // a.updates_per_rollout, self.global_step)
         keep = sampled.informative if s.filter.zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
         groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
