@@ -81,23 +81,20 @@ def test_a_stop_string_ends_the_row_and_its_mask_there(tiny_model_dir):
     model, tok = load_policy(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
     varied = dict(repetition_penalty=5.0)  # the untrained model's greedy rows then write varied text
     free = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 16, knobs=Knobs(**varied))
-    text = free.texts[0]
-    stop = text[3:5]  # a string the greedy row 0 writes, first ending at its 5th character
-    assert len(stop) == 2 and text.find(stop) == 3
+    stop = free.texts[0][3:5]  # a string the greedy row 0 writes, first ending at its 5th character
+    assert len(stop) == 2 and free.texts[0].find(stop) == 3
     for include in (False, True):
         ro = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 16,
                       knobs=Knobs(stop=(stop,), include_stop=include, **varied))
-        first = text.find(stop)
-        assert ro.texts[0] == (text[: first + 2] if include else text[:first])
-        # the row's tokens: the free row's, up to the first token whose text so far holds the stop string
-        free_ids = free.input_ids[0, free.prompt_len :][free.completion_mask[0].bool()].tolist()
-        cut = next(n for n in range(1, len(free_ids) + 1) if stop in tok.decode(free_ids[:n], skip_special_tokens=True))
-        assert ro.completion_mask[0].sum().item() == cut
-        assert ro.input_ids[0, ro.prompt_len : ro.prompt_len + cut].tolist() == free_ids[:cut]
-        assert not ro.truncated[0]
-        for i in (1, 2):  # rows that never write it are cut only where they hit it, if at all
-            expected, _ = cut_at_stop(free.texts[i], (stop,), include)
-            assert ro.texts[i] == expected
+        for i in range(3):  # every row: the free row up to where it first writes the stop string, if it does
+            text, ids = free.texts[i], free.input_ids[i, free.prompt_len :][free.completion_mask[i].bool()].tolist()
+            at = text.find(stop)
+            cut = next((n for n in range(1, len(ids) + 1) if stop in tok.decode(ids[:n], skip_special_tokens=True)),
+                       len(ids))
+            assert ro.texts[i] == (text if at < 0 else text[: at + len(stop)] if include else text[:at]), i
+            assert ro.completion_mask[i].sum().item() == cut, i
+            assert ro.input_ids[i, ro.prompt_len : ro.prompt_len + cut].tolist() == ids[:cut], i
+            assert bool(ro.truncated[i]) == (at < 0 and bool(free.truncated[i])), i
 
 
 def test_knobs_are_checked_when_the_config_is_built():

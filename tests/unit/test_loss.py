@@ -5,24 +5,6 @@ import torch
 from grpo_aug.algo import LOG_RATIO_BOUND, group_advantages, k3_kl, policy_loss
 
 
-def grpo_loss_with_stats(
-    logps: torch.Tensor,
-    ref_logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    rewards: torch.Tensor,
-    mask: torch.Tensor,
-    beta: float = 0.04,
-    clip_eps: float = 0.2,
-    adv_clip: float = 10.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """GRPO's scalar form over [B, G, T] grids, plus detached stats (kl, clip fractions, ratios, advantages)."""
-    adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
-    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
-                              clip_eps_high=clip_eps)
-    stats["advantages"] = adv.detach()
-    return loss, stats
-
-
 def grpo_loss(
     logps: torch.Tensor,
     ref_logps: torch.Tensor,
@@ -32,9 +14,14 @@ def grpo_loss(
     beta: float = 0.04,
     clip_eps: float = 0.2,
     adv_clip: float = 10.0,
-) -> torch.Tensor:
-    """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> loss."""
-    return grpo_loss_with_stats(logps, ref_logps, old_logps, rewards, mask, beta, clip_eps, adv_clip)[0]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> (loss, detached
+    stats with the advantages)."""
+    adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
+    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
+                              clip_eps_high=clip_eps)
+    stats["advantages"] = adv.detach()
+    return loss, stats
 
 
 def _k3(logp: float, ref: float) -> float:
@@ -47,7 +34,7 @@ def test_zero_std_group_loss_is_pure_kl():
     ref = torch.tensor([[[-1.5, -1.0], [-0.5, -1.0]]])
     mask = torch.ones(1, 2, 2)
     rewards = torch.tensor([[1.0, 1.0]])
-    loss = grpo_loss(logps, ref, logps.detach(), rewards, mask, beta=0.1)
+    loss, _ = grpo_loss(logps, ref, logps.detach(), rewards, mask, beta=0.1)
     row0 = (_k3(-1.0, -1.5) + _k3(-2.0, -1.0)) / 2
     row1 = (_k3(-0.5, -0.5) + _k3(-0.5, -1.0)) / 2
     assert math.isclose(loss.item(), 0.1 * (row0 + row1) / 2, rel_tol=1e-6)
@@ -56,7 +43,7 @@ def test_zero_std_group_loss_is_pure_kl():
 def test_first_iteration_ratio_is_one_and_loss_is_minus_mean_advantage():
     logps = torch.randn(2, 4, 5)
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
-    loss, stats = grpo_loss_with_stats(logps, logps, logps.detach(), rewards, torch.ones(2, 4, 5), beta=0.04)
+    loss, stats = grpo_loss(logps, logps, logps.detach(), rewards, torch.ones(2, 4, 5), beta=0.04)
     assert stats["ratio_mean"].item() == 1.0
     assert stats["clip_frac"].item() == 0.0
     assert stats["kl_mean"].item() == 0.0
@@ -69,7 +56,7 @@ def test_all_masked_row_contributes_zero_and_is_finite():
     old = torch.full((1, 2, 3), -1.0)
     mask = torch.tensor([[[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]])
     rewards = torch.tensor([[1.0, 0.0]])
-    loss = grpo_loss(logps, old, old, rewards, mask)
+    loss, _ = grpo_loss(logps, old, old, rewards, mask)
     # adv = [+1/sqrt(2), -1/sqrt(2)] (std of {1, 0} is sqrt(0.5)); row 1 is fully masked -> 0
     adv0 = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert math.isclose(loss.item(), -(adv0 + 0.0) / 2, rel_tol=1e-6)
@@ -82,7 +69,7 @@ def test_extreme_log_ratio_is_clamped_and_finite():
     logps = torch.tensor([[[0.0], [0.0]]], requires_grad=True)
     ref = torch.tensor([[[-500.0], [500.0]]])
     old = torch.tensor([[[-300.0], [300.0]]])
-    loss = grpo_loss(logps, ref, old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 1), beta=0.04)
+    loss, _ = grpo_loss(logps, ref, old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 1), beta=0.04)
     assert torch.isfinite(loss)
     loss.backward()
     assert torch.isfinite(logps.grad).all()
@@ -99,14 +86,14 @@ def test_clipping_active_on_both_sides():
     # row 0 (A > 0): ratios e^0.5 = 1.65 (clipped at 1.2) and e^-0.1 = 0.905 (not clipped)
     # row 1 (A < 0): ratios e^-0.5 = 0.607 (clipped at 0.8) and e^0.1 = 1.105 (not clipped)
     logps = torch.tensor([[[0.5, -0.1], [-0.5, 0.1]]])
-    loss, stats = grpo_loss_with_stats(logps, logps, old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 2), beta=0.0,
-                                       clip_eps=eps)
+    loss, stats = grpo_loss(logps, logps, old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 2), beta=0.0,
+                            clip_eps=eps)
     row0 = (1.2 * a + math.exp(-0.1) * a) / 2  # min(1.65a, 1.2a) = 1.2a; 0.905 is inside the clip range
     row1 = (0.8 * -a + math.exp(0.1) * -a) / 2  # min(-0.607a, -0.8a) = -0.8a
     assert math.isclose(loss.item(), -(row0 + row1) / 2, rel_tol=1e-5)
     assert math.isclose(stats["clip_frac"].item(), 0.5)
     # clipped tokens carry no gradient
     logps.requires_grad_(True)
-    grpo_loss(logps, logps.detach(), old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 2), beta=0.0).backward()
+    grpo_loss(logps, logps.detach(), old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 2), beta=0.0)[0].backward()
     assert logps.grad[0, 0, 0] == 0 and logps.grad[0, 1, 0] == 0
     assert logps.grad[0, 0, 1] != 0 and logps.grad[0, 1, 1] != 0

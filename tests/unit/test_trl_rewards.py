@@ -173,3 +173,18 @@ def test_under_the_chat_template_rewards_see_the_messages_the_model_saw(tmp_path
     assert call["prompts"][:2] == [brief, brief]
     assert call["prompts"][2] == [{"role": "system", "content": "Use steps."}, {"role": "user", "content": "4+4?"}]
     assert call["completions"] == [[{"role": "assistant", "content": t}] for t in sampled.rollout.texts]
+
+
+def test_the_ported_gsm8k_rewards_by_hand():
+    from examples.trl_gsm8k_rewards import correctness_reward, format_reward
+
+    def chat(text):
+        return [{"role": "assistant", "content": text}]
+
+    answers = ["Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72"] * 3 + ["... #### 1,200"]
+    completions = [chat("<think>48 + 24</think> <answer>72</answer>"), chat("so 71 or 72.5"), chat("no number"),
+                   chat("It is 1,200.")]
+    # the last number of each completion against the number after '####' (commas dropped)
+    assert correctness_reward(None, completions, answers) == [2.0, 0.0, 0.0, 2.0]
+    assert format_reward(completions) == [0.5, 0.0, 0.0, 0.0]
+    assert format_reward([chat("<think>a\nb</think>\n<answer>3</answer>\n")]) == [0.5]

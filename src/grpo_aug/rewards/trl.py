@@ -18,9 +18,10 @@ GSM8K) and prompt variants, whose dataset columns would be stale, pass their own
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from hydra.utils import get_method
 
 from grpo_aug.data.records import Prompt
 
@@ -34,17 +35,13 @@ class TrainerState:
 
 
 def import_callable(path: str, key: str) -> Callable:
-    """`package.module.name` -> that object, or an error naming the key and what was wrong."""
-    module_name, _, attr = path.rpartition(".")
-    if not module_name:
+    """`package.module.name` -> that function (Hydra's own lookup), or an error naming the key."""
+    if "." not in path:
         raise ValueError(f"{key}={path!r}: expected an import path such as my_rewards.correctness_reward")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
+        return get_method(path)
+    except (ImportError, ValueError) as err:
         raise ValueError(f"{key}={path!r} cannot be imported: {err}") from err
-    if not callable(obj):
-        raise ValueError(f"{key}={path!r} is a {type(obj).__name__}, not a function")
-    return obj
 
 
 def row_columns(prompt: Prompt) -> dict[str, object]:
