@@ -63,7 +63,7 @@ ARMS = {
     "bandit": [*BANDIT, *NO_SELECTOR],
     "bandit_history": [*BANDIT, "rollout/selector=history"],
     "bandit_learned": [*BANDIT, *LEARNED],
-    "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.rollout.selection.PromptSelection",
+    "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.prompts.selection.PromptSelection",
                             "~rollout.selector.max_flat", "~rollout.selector.spares", "rollout.selector.audit=0.1",
                             "+rollout.selector.max_rounds=2",
                             "rollout.selector.predictor.likelihood=false"],

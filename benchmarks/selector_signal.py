@@ -5,7 +5,7 @@ the policy may never have seen (prints one line per bucket).
 
 For N training prompts per bucket of the default synthetic task (seed as in the run): roll out a
 group of G = 8 at the default temperature ladder, score the exact answers, and measure
-log p(reference solution | prompt) with `grpo_aug.rollout.likelihood.reference_logprobs`. Prints
+log p(reference solution | prompt) with `grpo_aug.prompts.likelihood.reference_logprobs`. Prints
 the share of all-right, all-wrong and mixed groups, and the AUC of the log-probability for
 "all right" against the rest (0.5: no signal; 1: a perfect ranking).
 """
@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from grpo_aug.data.datamodule import split_heldout  # noqa: E402
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
 from grpo_aug.preflight import pair_auc  # noqa: E402
+from grpo_aug.prompts.datamodule import split_heldout  # noqa: E402
+from grpo_aug.prompts.likelihood import reference_logprobs  # noqa: E402
 from grpo_aug.rewards import MathReward  # noqa: E402
-from grpo_aug.rollout.likelihood import reference_logprobs  # noqa: E402
 from grpo_aug.rollout.sampling import generate  # noqa: E402
 
 

@@ -90,8 +90,13 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from grpo_aug.data.records import Prompt
     from grpo_aug.models.lora import Lora, NoLora
     from grpo_aug.models.module import GRPOModule
+    from grpo_aug.models.optimization import Optimization
+    from grpo_aug.models.policy import PolicyModels
+    from grpo_aug.prompts import PromptFeed
     from grpo_aug.rewards import RewardFunction, RewardSet
+    from grpo_aug.rollout.groups import GroupRollout
     from grpo_aug.rollout.settings import RolloutSettings
+    from grpo_aug.update.policy_update import PolicyUpdate
 
     class Digits:
         name = "digits"
@@ -101,12 +106,14 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
 
     w = WORKLOADS[workload]
     module = GRPOModule(
-        name_or_path=str(model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=LR, fused=True),
-        reward=RewardSet([RewardFunction(Digits())]),
-        rollout=RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0, max_new_tokens=w["new_tokens"]),
+        policy=PolicyModels(str(model_dir), lora=Lora(r=16, alpha=32) if lora else NoLora()),
+        feed=PromptFeed(),
+        rollout=GroupRollout(RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0,
+                                             max_new_tokens=w["new_tokens"]), RewardSet([RewardFunction(Digits())])),
         # beta 0: no reference model; micro_batch_rows: forwards and backwards of that many rows
-        algo=AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta), micro_batch_rows=micro_batch_rows),
-        lora=Lora(r=16, alpha=32) if lora else NoLora(),
+        update=PolicyUpdate(AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta),
+                                         micro_batch_rows=micro_batch_rows)),
+        optimization=Optimization(functools.partial(torch.optim.AdamW, lr=LR, fused=True)),
     )
     parts: dict[str, float] = defaultdict(float)
 
@@ -120,7 +127,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
         return wrapper
 
     engine_lib.generate = timed("generate", engine_lib.generate)
-    module.reward.score = timed("reward", module.reward.score)
+    module.rollout.reward.score = timed("reward", module.rollout.reward.score)
     plain_logprobs = scoring_lib.token_logprobs
 
     def logprobs(*args, **kwargs):  # no_grad: the reference (and old) log-probs; grad: the policy

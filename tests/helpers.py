@@ -165,7 +165,7 @@ class DecisionLog(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.temperature_ladder),
+        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.rollout.temperatures),
                            "beta": pl_module.algo.beta(step), "lr": trainer.optimizers[0].param_groups[0]["lr"]}
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -206,3 +206,39 @@ def kill_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int) 
             assert a == pytest.approx(b, abs=1e-5), tag
         compared += len(later)
     return expected, compared
+
+
+def make_module(path, reward=None, rollout=None, algo=None, pool=None, selection=None, lora=None, reflect=None,
+                prompt_format=None, optimizer=None, engine=None, seed: int = 0, **policy):
+    """A GRPOModule on the model at `path` from the stages' own defaults; reward: a RewardSet or
+    one per-row function; rollout: RolloutSettings; pool: the refill's prompt pool; policy:
+    PolicyModels' keywords (dtype, gradient_checkpointing)."""
+    import functools
+
+    from grpo_aug.algo.settings import AlgoSettings
+    from grpo_aug.models.module import GRPOModule
+    from grpo_aug.models.optimization import Optimization
+    from grpo_aug.models.policy import PolicyModels
+    from grpo_aug.prompts import PromptFeed
+    from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
+    from grpo_aug.rollout.groups import GroupRollout
+    from grpo_aug.update.policy_update import PolicyUpdate
+
+    algo = algo or AlgoSettings()
+    if not isinstance(reward, RewardSet):
+        reward = RewardSet([RewardFunction(reward or MathReward())])
+    return GRPOModule(
+        policy=PolicyModels(str(path), lora=lora, **policy),
+        feed=PromptFeed(selection),
+        rollout=GroupRollout(rollout, reward, engine, reflect, algo.overlong_buffer, algo.overlong_penalty,
+                             prompt_format, pool, seed),
+        update=PolicyUpdate(algo, reward.winsorize),
+        optimization=Optimization(optimizer or functools.partial(torch.optim.AdamW, lr=1e-3)),
+    )
+
+
+def prepared(module, batch):
+    """One step's rollout and the updates' inputs, as training_step computes them (no update)."""
+    step = module.global_step
+    picked, sampled, _ = module.sample_groups(batch, step // module.algo.updates_per_rollout, step)
+    return module.prepare(sampled, len(picked.prompts))

@@ -4,10 +4,10 @@ import pytest
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from grpo_aug.data.datamodule import PromptDataModule
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.tiny import build_char_tokenizer
 from grpo_aug.pipeline import build_parts, rollout_settings
+from grpo_aug.prompts.datamodule import PromptDataModule
 from helpers import compose_cfg
 
 
@@ -85,7 +85,6 @@ BAD = [  # (overrides, what the message must say: the key, and the value or the 
      r"curriculum.stages\[0\].weights: unknown bucket 'expert'"),
     (["curriculum=bandit", "curriculum.explore=0"], r"curriculum.explore must be in \(0, 1\] .*got 0"),
     (["curriculum=bandit", "curriculum.initial.medium=2"], r"curriculum.initial.medium must be in \[0, 1\] .*got 2"),
-    (["curriculum=bandit", "~callbacks.curriculum"], r"BanditSchedule moves with each step's groups.*add it back"),
     (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
     (["model.optimizer.lr=0"], r"model.optimizer.lr must be > 0, got 0"),
     (["model.optimizer.lr=-1e-4"], r"model.optimizer.lr must be > 0, got -0.0001"),

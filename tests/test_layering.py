@@ -15,6 +15,7 @@ LAYERS = [
     ["grpo_aug.data"],
     ["grpo_aug.rewards"],
     ["grpo_aug.rollout", "grpo_aug.report"],
+    ["grpo_aug.prompts"],
     ["grpo_aug.update"],
     ["grpo_aug.callbacks", "grpo_aug.models"],
     ["grpo_aug.pipeline", "grpo_aug.preflight"],

@@ -80,7 +80,7 @@ def test_selector_online_difficulty_and_oversampling_log_and_checkpoint_their_st
     assert scalars["curriculum/moved/easy_hard"][-1][1] > 0
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     state = next(v for k, v in last.items() if k.endswith("PromptDataModule"))["history"]
-    seen = last["run_state"]["selection"]["selector"]["seen"]  # groups the learned selector trained on
+    seen = last["run_state"]["feed"]["selector"]["seen"]  # groups the learned selector trained on
     assert seen >= 6 and sum(r["attempts"] for r in state["records"].values()) == seen
     assert all(r["last_seen"] <= 5 for r in state["records"].values())
 
@@ -158,7 +158,7 @@ def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
     for tag in ("train/ratio_max", "train/kl_max", "train/beta", "reward/soft_math/mean", "reward/errors/soft_math"):
         assert all_finite(scalars[tag]), tag
     ckpt = tmp_path / "a" / "run" / "checkpoints" / "last.ckpt"
-    assert "beta_schedule" in torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert "beta" in torch.load(ckpt, map_location="cpu", weights_only=False)["run_state"]["update"]
     train_here(tmp_path / "b", ["debug=fast", *TINY, *variant, f"ckpt_path={ckpt}", "trainer.max_steps=12"])
     assert [step for step, _ in read_scalars(tmp_path / "b" / "run")["health/reward_mean"]] == [12]
 

@@ -34,3 +34,25 @@ def rank_mean(module, value: float) -> float:
     if module._trainer is None:
         return value
     return float(module.trainer.strategy.reduce(torch.tensor(value, device=module.device), reduce_op="mean"))
+
+
+class Ranks:
+    """The module's reductions, lent to the stages that decide together across ranks."""
+
+    def __init__(self, module) -> None:
+        self._module = module
+
+    def any(self, flag: bool) -> bool:
+        return rank_any(self._module, flag)
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        return rank_sum(self._module, values)
+
+    def max(self, values: torch.Tensor) -> torch.Tensor:
+        return rank_max(self._module, values)
+
+    def mean(self, value: float) -> float:
+        return rank_mean(self._module, value)
+
+    def reduce(self, values: torch.Tensor, op: str) -> torch.Tensor:
+        return _reduce(self._module, values, op)

@@ -18,16 +18,23 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_aug.callbacks import CurriculumMonitor, SampleHealth
-from grpo_aug.data.pass_rate import retier_by_pass_rate
+from grpo_aug.callbacks import SampleHealth
+from grpo_aug.models.evaluation import HeldoutAccuracy
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.optimization import Optimization
+from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.sharding import full_state_dict
 from grpo_aug.models.warmup import supervised_warmup
+from grpo_aug.prompts import PromptFeed
+from grpo_aug.prompts.pass_rate import retier_by_pass_rate
+from grpo_aug.prompts.selection import PromptSelection
 from grpo_aug.resume import latest_checkpoint, read_checkpoint
+from grpo_aug.rollout.groups import GroupRollout
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.update.policy_update import PolicyUpdate
 
 log = logging.getLogger(__name__)
 
@@ -80,41 +87,28 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     answer = instantiate(cfg.answer, _convert_="all")
     schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    if (cfg.get("mode", "train") == "train" and getattr(schedule, "needs_observations", False)
-            and not any(isinstance(c, CurriculumMonitor) for c in callbacks)):
-        raise ValueError(f"curriculum {cfg.curriculum._target_} moves with each step's groups, which "
-                         "callbacks.curriculum (grpo_aug.callbacks.CurriculumMonitor) feeds it: add it back")
     for callback in callbacks:
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
                              updates_per_batch=algo.updates_per_rollout)
     datamodule.setup("fit")
-    selection = None
+    selection = PromptSelection(answer=answer)
     if selection_cfg is not None:
         selection = instantiate(selection_cfg, history=datamodule.history, prompt_pool=datamodule.draw_prompts,
                                 seed=cfg.seed, answer=answer)
 
+    path = prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
     module = GRPOModule(
-        name_or_path=prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed),
-        optimizer=model.optimizer,
-        reward=reward,
-        rollout=rollout,
-        algo=algo,
-        dtype=model.dtype,
-        eval_max_new_tokens=model.eval_max_new_tokens,
-        lr_warmup_steps=model.lr_warmup_steps,
-        lr_final_ratio=model.lr_final_ratio,
-        prompt_pool=datamodule.draw_prompts,
-        seed=cfg.seed,
-        selection=selection,
-        answer=answer,
-        prompt_format=datamodule.prompt_format,
-        evaluation=evaluation,
-        lora=model.lora,
-        gradient_checkpointing=model.gradient_checkpointing,
-        engine=instantiate(cfg.rollout.engine) if cfg.rollout.get("engine") else None,
-        reflect=instantiate(cfg.rollout.reflect, _convert_="all") if cfg.rollout.get("reflect") else None,
+        policy=PolicyModels(path, model.dtype, model.lora, model.gradient_checkpointing),
+        feed=PromptFeed(selection, datamodule.schedule, datamodule.total_steps),
+        rollout=GroupRollout(rollout, reward, instantiate(cfg.rollout.engine) if cfg.rollout.get("engine") else None,
+                             instantiate(cfg.rollout.reflect, _convert_="all") if cfg.rollout.get("reflect") else None,
+                             algo.overlong_buffer, algo.overlong_penalty, datamodule.prompt_format,
+                             datamodule.draw_prompts, cfg.seed),
+        update=PolicyUpdate(algo, reward.winsorize),
+        optimization=Optimization(model.optimizer, model.lr_warmup_steps, model.lr_final_ratio),
+        evaluation=HeldoutAccuracy(answer, evaluation, model.eval_max_new_tokens),
     )
     if weights is not None:
         module.configure_model()

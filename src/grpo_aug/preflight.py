@@ -8,7 +8,9 @@ The three pre-run checks of the sample-augmentation recipe, each with the number
   3. the reward discriminates quality: each prompt's reference solution is scored against three
      corruptions of it (wrong final number, steps out of order, cut off before the answer); the
      AUC is the share of (reference, corruption) pairs where the reference scores higher, ties
-     counting half, and must be >= min_auc.
+     counting half, and must be >= min_auc. Steps out of order keep the right answer: they count
+     only with judge_steps (a reward that claims to score the reasoning); otherwise their AUC is
+     shown and not judged, since an answer-only reward ties them by design.
 Writes preflight.png (reward and length distributions) into the run directory; the exit status
 is non-zero when a check fails.
 """
@@ -26,7 +28,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from grpo_aug.algo.group_stats import counted_mean, group_stats, informative_share, length_quantiles, polarisation
+from grpo_aug.algo.group_stats import group_stats, length_quantiles, polarisation
 from grpo_aug.data.records import Prompt
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ class PreflightSettings:
     max_truncation: float = 0.2
     max_polarisation: float = 8.0
     min_auc: float = 0.9
+    judge_steps: bool = False  # "steps out of order" counts toward the AUC (a process reward)
 
     def __post_init__(self) -> None:
         if self.batches < 1:
@@ -85,18 +88,23 @@ def cut_before_answer(solution: str, answer: str) -> str | None:
     return solution[:at] if at > 0 else None
 
 
+STEP_ORDER = "steps out of order"
+
+
 def pair_auc(ref: float, corrupted: list[float]) -> list[float]:
     return [1.0 if ref > c else 0.5 if ref == c else 0.0 for c in corrupted]
 
 
-def discrimination(reward, prompts: list[Prompt], seed: int, tokenizer=None) -> dict[str, float]:
-    """AUC per corruption kind and over all pairs, scoring with the run's own reward (the
-    tokenizer gives batched reward functions their completions' token ids)."""
+def discrimination(reward, prompts: list[Prompt], seed: int, tokenizer=None, judge_steps: bool = True
+                   ) -> dict[str, float]:
+    """AUC per corruption kind, and over the judged kinds' pairs ("all"; steps out of order only
+    with judge_steps), scoring with the run's own reward (the tokenizer gives batched reward
+    functions their completions' token ids)."""
     rng = random.Random(f"{seed}-preflight")
-    pairs: dict[str, list[float]] = {"wrong final number": [], "steps out of order": [], "cut before the answer": []}
+    pairs: dict[str, list[float]] = {"wrong final number": [], STEP_ORDER: [], "cut before the answer": []}
     for p in prompts:
         variants = {"wrong final number": wrong_final(p.solution),
-                    "steps out of order": shuffled_steps(p.solution, rng),
+                    STEP_ORDER: shuffled_steps(p.solution, rng),
                     "cut before the answer": cut_before_answer(p.solution, p.answer)}
         kinds = [k for k, v in variants.items() if v is not None]
         texts = [p.solution] + [variants[k] for k in kinds]
@@ -108,7 +116,7 @@ def discrimination(reward, prompts: list[Prompt], seed: int, tokenizer=None) -> 
         for k, s in zip(kinds, total[1:], strict=True):
             pairs[k] += pair_auc(total[0], [s])
     aucs = {k: sum(v) / len(v) for k, v in pairs.items() if v}
-    every = [x for v in pairs.values() for x in v]
+    every = [x for k, v in pairs.items() if judge_steps or k != STEP_ORDER for x in v]
     aucs["all"] = sum(every) / len(every) if every else float("nan")
     return aucs
 
@@ -123,10 +131,8 @@ def sample_batches(module, datamodule, batches: int):
         for step in range(batches):
             bucket, indices = sampler.draw(step)
             batch = [datamodule.train_records[i] for i in indices]
-            _, sampled = module.sample_groups(batch, step, step)  # the prompts the selector picks, as training would
-            datamodule.schedule.observe(step, bucket,
-                                        float(counted_mean(sampled.rewards, sampled.scored)),
-                                        float(informative_share(sampled.rewards, sampled.valid)))
+            # the prompts the feed picks, as training would; the feed's curriculum learns from them
+            _, sampled, _ = module.sample_groups(batch, step, step)
             rewards.append(sampled.rewards.cpu())  # [B, G]
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
             lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())
@@ -151,7 +157,8 @@ def run_checks(samples: Samples, aucs, s: PreflightSettings) -> list[Check]:
     trunc = samples.truncated.float().mean().item()
     p10, _, p90 = length_quantiles(samples.lengths)
     polar = polarisation(p10, p90)
-    per_kind = ", ".join(f"{k} {v:.2f}" for k, v in aucs.items() if k != "all")
+    per_kind = ", ".join(f"{k} {v:.2f}" + (" (not judged)" if k == STEP_ORDER and not s.judge_steps else "")
+                         for k, v in aucs.items() if k != "all")
     return [
         Check("group reward std is informative", median_std >= s.min_median_std and zero <= s.max_zero_std_frac,
               f"median within-group std {median_std:.3f} (>= {s.min_median_std:g}); zero-std groups {zero:.2f} "
@@ -217,7 +224,7 @@ def preflight(cfg: DictConfig) -> int:
     module, datamodule, _ = build_parts(cfg)
     module.configure_model()
     samples = sample_batches(module, datamodule, settings.batches)
-    aucs = discrimination(module.reward, samples.prompts, cfg.seed, module.tokenizer)
+    aucs = discrimination(module.rollout.reward, samples.prompts, cfg.seed, module.tokenizer, settings.judge_steps)
     checks = run_checks(samples, aucs, settings)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)

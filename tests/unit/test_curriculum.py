@@ -5,14 +5,14 @@ import math
 import pytest
 from hydra.utils import instantiate
 
-from grpo_aug.data.curriculum import (
+from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
+from grpo_aug.prompts.curriculum import (
     AdaptiveSchedule,
     BanditSchedule,
     LinearSchedule,
     StagedSchedule,
     difficulty_weights,
 )
-from grpo_aug.data.sampler import CurriculumBatchSampler
 from helpers import compose_cfg
 
 INDICES = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard": list(range(200, 300))}

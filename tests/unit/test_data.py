@@ -4,11 +4,11 @@ import re
 
 import pytest
 
-from grpo_aug.data.curriculum import StagedSchedule
-from grpo_aug.data.datamodule import PaddingBatch, PromptDataModule, split_heldout
 from grpo_aug.data.gsm8k import GSM8KSource, read_gsm8k
-from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
+from grpo_aug.prompts.curriculum import StagedSchedule
+from grpo_aug.prompts.datamodule import PaddingBatch, PromptDataModule, split_heldout
 from helpers import ROOT, first_existing
 
 GSM8K = first_existing(

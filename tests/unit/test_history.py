@@ -2,11 +2,11 @@
 
 import pytest
 
-from grpo_aug.data.curriculum import StagedSchedule
-from grpo_aug.data.datamodule import PromptDataModule
-from grpo_aug.data.history import LAG, OnlineDifficulty, Outcome, PromptHistory
-from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
+from grpo_aug.prompts.curriculum import StagedSchedule
+from grpo_aug.prompts.datamodule import PromptDataModule
+from grpo_aug.prompts.history import LAG, OnlineDifficulty, Outcome, PromptHistory
 
 
 def test_history_counts_smooths_and_streaks():

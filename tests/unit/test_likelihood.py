@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_aug.rollout.likelihood import reference_logprobs
+from grpo_aug.prompts.likelihood import reference_logprobs
 
 
 def _by_hand(model, tok, prompt, reference, max_tokens):

@@ -6,25 +6,20 @@ import functools
 import pytest
 import torch
 
-from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.loading import load_policy
 from grpo_aug.models.lora import Lora
-from grpo_aug.models.module import GRPOModule
-from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
-from helpers import TINY, train_here
+from helpers import TINY, make_module, prepared, train_here
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
 
 
 def _module(path, lora):
-    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-2),
-                   reward=RewardSet([RewardFunction(MathReward())]),
-                   rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
-                                           filter=GroupFilter(zero_std=False)),
-                   algo=AlgoSettings(), lora=lora)
+    m = make_module(path, rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
+                                                  filter=GroupFilter(zero_std=False)), lora=lora,
+                    optimizer=functools.partial(torch.optim.AdamW, lr=1e-2))
     m.configure_model()
     return m
 
@@ -36,11 +31,11 @@ def test_the_reference_is_the_base_model_and_no_copy_is_held(tiny_model_dir):
     for name, p in m.policy.named_parameters():
         if "lora_B" in name:  # PEFT starts B at 0 (adapter = identity); move it so the two differ
             p.data.normal_(0, 0.5)
-    step = m.prepare(EASY[:2])
+    step = prepared(m, EASY[:2])
     base = load_policy(str(tiny_model_dir))  # loaded afresh: an independent reference
     with torch.no_grad():
-        expected = m.scorer.logprobs(base, step.rollout)
-        adapted = m.scorer.logprobs(m.policy, step.rollout)
+        expected = m.update.scorer.logprobs(base, step.rollout)
+        adapted = m.update.scorer.logprobs(m.policy, step.rollout)
     on = step.rollout.completion_mask.bool()
     assert torch.allclose(step.ref_logps[on], expected[on], atol=1e-5)
     assert not torch.allclose(adapted[on], expected[on], atol=1e-3)  # the adapter is on again afterwards

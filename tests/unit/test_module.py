@@ -6,17 +6,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import grpo_aug.models.module as module_lib
+import grpo_aug.update.policy_update as update_lib
 from grpo_aug.algo.loss import policy_loss
 from grpo_aug.algo.optim import lr_factor
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule
+from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.run_counts import NonFiniteTraining
-from grpo_aug.models.update import chunk_loss
-from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.update.chunk_loss import chunk_loss
+from helpers import make_module, prepared
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=40, seed=0).load() if r.bucket == "easy"]
 
@@ -67,15 +67,8 @@ class ById:
 
 
 def _module(path, reward=None, group_filter=None, pool=None, algo=None):
-    m = GRPOModule(
-        name_or_path=str(path),
-        optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-        reward=RewardSet([RewardFunction(reward or MathReward())]),
-        rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=6,
-                                filter=group_filter or GroupFilter(zero_std=False)),
-        algo=algo or AlgoSettings(),
-        prompt_pool=pool,
-    )
+    m = make_module(path, reward, RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=6,
+                                                  filter=group_filter or GroupFilter(zero_std=False)), algo, pool)
     m.configure_model()
     return m
 
@@ -109,7 +102,7 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
 def test_refill_stops_at_max_rounds_and_flags_exhaustion(tiny_model_dir):
     pool = Pool()
     m = _module(tiny_model_dir, reward=ById([]), group_filter=GroupFilter(True, True, max_rounds=2), pool=pool)
-    step = m.prepare(EASY[:3])
+    step = prepared(m, EASY[:3])
     assert [(b, n) for b, n, _ in pool.calls] == [("easy", 3), ("easy", 3)]  # every group stayed flat
     assert step.sampled.rounds == 3 and step.refill_exhausted
     assert step.sampled.rewards.shape == (9, 4)  # all sampled groups are reported
@@ -123,7 +116,7 @@ def test_refill_collects_informative_groups_from_fresh_prompts(tiny_model_dir):
     # one batch prompt and the first two fresh ones are informative: one refill round suffices
     reward = ById([batch[0].id, fresh[0].id, fresh[1].id])
     m = _module(tiny_model_dir, reward=reward, group_filter=GroupFilter(True, True, max_rounds=3), pool=pool)
-    step = m.prepare(batch)
+    step = prepared(m, batch)
     assert [(n, r) for _, n, r in pool.calls] == [(2, 1)]
     assert step.sampled.rounds == 2 and not step.refill_exhausted
     assert step.valid.any(dim=1).tolist() == [True, False, False, True, True]
@@ -133,7 +126,7 @@ def test_refill_collects_informative_groups_from_fresh_prompts(tiny_model_dir):
 def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_model_dir):
     batch = EASY[:3]
     m = _module(tiny_model_dir, reward=ById([batch[1].id]), group_filter=GroupFilter(zero_std=True))
-    step = m.prepare(batch)
+    step = prepared(m, batch)
     assert step.valid.any(dim=1).tolist() == [False, True, False]
     assert step.sampled.rounds == 1 and not step.refill_exhausted
 
@@ -141,7 +134,7 @@ def test_zero_std_filter_without_refill_trains_only_informative_groups(tiny_mode
 def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):
     torch.manual_seed(0)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:4]]), algo=AlgoSettings(num_iterations=2))
-    m.optimizer_factory = functools.partial(torch.optim.SGD, lr=20.0)  # big steps: the second pass must clip
+    m.optimization = Optimization(functools.partial(torch.optim.SGD, lr=20.0))  # big steps: the second pass must clip
     (out,) = fit_batches(m, [EASY[:4]])
     ratio, clip = out["updates"]["ratio_mean"], out["updates"]["clip_frac"]
     assert ratio.shape == (2,)
@@ -161,11 +154,11 @@ def test_minibatches_split_groups_and_each_makes_an_optimizer_step(tiny_model_di
 def test_fast_path_has_no_old_logprob_forward_and_equals_the_straightforward_loss(tiny_model_dir):
     torch.manual_seed(0)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:3]]))
-    step = m.prepare(EASY[:3])
+    step = prepared(m, EASY[:3])
     assert step.old_logps is None
-    logps = m.scorer.logprobs(m.policy, step.rollout)
+    logps = m.update.scorer.logprobs(m.policy, step.rollout)
     with torch.no_grad():
-        old = m.scorer.logprobs(m.policy, step.rollout)  # what a separate old-policy forward would give
+        old = m.update.scorer.logprobs(m.policy, step.rollout)  # what a separate old-policy forward would give
     fast, _ = policy_loss(logps, step.ref_logps, logps.detach(), step.advantages, step.mask)
     plain, _ = policy_loss(logps, step.ref_logps, old, step.advantages, step.mask)
     assert fast.item() == pytest.approx(plain.item(), abs=1e-7)
@@ -189,7 +182,7 @@ class NoneFor:
 
 def test_unscorable_rows_leave_loss_and_statistics(tiny_model_dir):
     m = _module(tiny_model_dir, reward=NoneFor({1, 6}))
-    step = m.prepare(EASY[:2])
+    step = prepared(m, EASY[:2])
     valid = step.valid
     assert valid.tolist() == [[True, False, True, True], [True, True, False, True]]
     assert (step.mask.view(2, 4, -1)[~valid] == 0).all()
@@ -202,7 +195,7 @@ def test_unscorable_rows_leave_loss_and_statistics(tiny_model_dir):
 def test_truncation_and_template_masks_remove_tokens(tiny_model_dir):
     torch.manual_seed(0)
     m = _module(tiny_model_dir, algo=AlgoSettings(mask_truncated=True))
-    step = m.prepare(EASY[:2])
+    step = prepared(m, EASY[:2])
     truncated, cm = step.rollout.truncated, step.rollout.completion_mask
     assert truncated.any()  # 6 new tokens: the untrained model rarely ends in time
     assert (step.mask[truncated] == 0).all()
@@ -210,7 +203,7 @@ def test_truncation_and_template_masks_remove_tokens(tiny_model_dir):
     assert step.mask.sum().item() == cm[~truncated].sum().item()
 
     m = _module(tiny_model_dir, algo=AlgoSettings(template_patterns=(r"\d",)))
-    step = m.prepare(EASY[:2])
+    step = prepared(m, EASY[:2])
     completion_ids = step.rollout.input_ids[:, step.rollout.prompt_len :].tolist()
     digit = torch.tensor([[m.tokenizer.decode([t]).isdigit() for t in row] for row in completion_ids])  # [N, T]
     on = step.rollout.completion_mask.bool()
@@ -237,8 +230,8 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
 
     torch.manual_seed(0)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:4]]), algo=AlgoSettings(length_chunks=3))
-    m.rollout_settings = RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=24)
-    step = m.prepare(EASY[:4])
+    m.rollout.settings = RolloutSettings(group_size=4, temperatures=(0.7, 1.5), top_p=0.95, max_new_tokens=24)
+    step = prepared(m, EASY[:4])
     lengths = step.rollout.completion_mask.sum(1)
     assert lengths.min() < lengths.max()  # rows of different lengths, so trimming changes shapes
     rows = torch.arange(len(lengths))
@@ -248,7 +241,8 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
         m.policy.zero_grad()
         total = 0.0
         for chunk in chunks:
-            loss, _ = chunk_loss(m.policy, m.scorer, m.algo, step, rows[chunk], 0.04, aggregate)
+            loss, _ = chunk_loss(m.policy, m.update.scorer, m.update.objective, m.algo.engine_correction, step,
+                                 rows[chunk], 0.04, aggregate)
             loss.backward()
             total += loss.item()
         return total, [p.grad.clone() for p in m.policy.parameters()]
@@ -259,8 +253,8 @@ def test_length_chunks_give_the_unchunked_loss_and_gradient(tiny_model_dir):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_whole, g_chunked, strict=True))
     # the reference log-probs from trimmed chunks are the unchunked ones wherever a token exists
     with torch.no_grad():
-        plain = m.scorer.logprobs(m.models.frozen[0], step.rollout)
-        chunked_ref = m.scorer.logprobs(m.models.frozen[0], step.rollout, length_chunks(lengths, 3))
+        plain = m.update.scorer.logprobs(m.models.frozen[0], step.rollout)
+        chunked_ref = m.update.scorer.logprobs(m.models.frozen[0], step.rollout, length_chunks(lengths, 3))
     on = step.rollout.completion_mask.bool()
     assert torch.allclose(plain[on], chunked_ref[on], atol=1e-5)
 
@@ -271,9 +265,9 @@ def test_packed_models_score_in_one_chunk_others_in_length_chunks(tiny_model_dir
     m = _module(tiny_model_dir, algo=AlgoSettings(length_chunks=4))
     lengths = torch.tensor([30, 1, 1, 1, 2, 2, 1, 1])  # one long row: chunks would save most of the block
     # packed: attention groups instead
-    assert [c.tolist() for c in m.scorer.chunks(m.policy, lengths, 5)] == [list(range(8))]
+    assert [c.tolist() for c in m.update.scorer.chunks(m.policy, lengths, 5)] == [list(range(8))]
     monkeypatch.setattr(scoring_lib, "packable", lambda model: False)
-    assert len(m.scorer.chunks(m.policy, lengths, 5)) == 4
+    assert len(m.update.scorer.chunks(m.policy, lengths, 5)) == 4
 
 
 class Snapshot(L.Callback):
@@ -315,7 +309,7 @@ def test_a_non_finite_update_changes_nothing(tiny_model_dir, poison, monkeypatch
             handle = weight.register_hook(lambda g: (handle.remove(), g * float("inf"))[1])
         return loss, stats
 
-    monkeypatch.setattr(module_lib, "chunk_loss", poisoned)
+    monkeypatch.setattr(update_lib.chunk_loss_lib, "chunk_loss", poisoned)
     snap = Snapshot()
     outs = fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
     (w1, o1, s1, g1), (w2, o2, s2, g2), (w3, o3, _, _) = snap.states
@@ -333,7 +327,7 @@ def test_too_many_non_finite_updates_in_a_row_stop_the_run(tiny_model_dir, monke
         loss, stats = chunk_loss(*args, **kwargs)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(module_lib, "chunk_loss", poisoned)
+    monkeypatch.setattr(update_lib.chunk_loss_lib, "chunk_loss", poisoned)
     snap = Snapshot()
     with pytest.raises(NonFiniteTraining, match=r"2 updates in a row .*\(algo.max_consecutive_nonfinite=2\)"):
         fit_batches(m, [EASY[:3], EASY[3:6], EASY[6:9]], callbacks=[snap])
@@ -364,20 +358,16 @@ def test_lr_factor_ramps_then_decays_linearly_to_the_final_share():
 
 
 def test_oversampled_step_keeps_the_max_variance_rows_and_records_the_history(tiny_model_dir):
-    from grpo_aug.data.history import PromptHistory
-    from grpo_aug.rollout.selection import PromptSelection
-    from grpo_aug.rollout.selector import HistorySelector
+    from grpo_aug.prompts.history import PromptHistory
+    from grpo_aug.prompts.predictors import HistorySelector
+    from grpo_aug.prompts.selection import PromptSelection
 
     history = PromptHistory()
-    m = GRPOModule(
-        name_or_path=str(tiny_model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-        reward=RewardSet([RewardFunction(ById([p.id for p in EASY[:2]]))]),
-        rollout=RolloutSettings(group_size=4, temperatures=(0.7, 1.5), max_new_tokens=6, oversample=3),
-        algo=AlgoSettings(),
-        selection=PromptSelection(HistorySelector(), history, lambda *a, **k: [], seed=0),
-    )
+    m = make_module(tiny_model_dir, ById([p.id for p in EASY[:2]]),
+                    RolloutSettings(group_size=4, temperatures=(0.7, 1.5), max_new_tokens=6, oversample=3),
+                    selection=PromptSelection(HistorySelector(), history, lambda *a, **k: [], seed=0))
     m.configure_model()
-    step = m.prepare(EASY[:3])
+    step = prepared(m, EASY[:3])
     s = step.sampled
     assert s.rewards.shape == (3, 4) and s.rollout.input_ids.shape[0] == 12 and len(s.rollout.texts) == 12
     # ById alternates 0/1 over the 12 rows of the first two prompts: the kept 4 are two of each
@@ -385,7 +375,7 @@ def test_oversampled_step_keeps_the_max_variance_rows_and_records_the_history(ti
     assert (s.std_gain[:2] >= 0).all() and s.std_gain[2] == 0
     assert [history.get(p.id).attempts for p in EASY[:3]] == [1, 1, 1]
     assert [history.get(p.id).flat_streak for p in EASY[:3]] == [0, 0, 1]
-    assert m.selection.window_metrics()["rollout/flat_rows_frac"] == 12 / 36
+    assert m.feed.selection.window_metrics()["rollout/flat_rows_frac"] == 12 / 36
 
 
 def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_forward(tiny_model_dir):
@@ -398,7 +388,7 @@ def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_fo
     algo = AlgoSettings(beta=ConstantBeta(0.0), ratio=SequenceRatio(), clip_ratio_c=3.0, entropy_coef=0.01)
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:6]]), algo=algo)
     assert m.models.frozen == []
-    assert m.prepare(EASY[:3]).ref_logps is None
+    assert prepared(m, EASY[:3]).ref_logps is None
     before = [p.detach().clone() for p in m.policy.parameters()]
     outs = fit_batches(m, [EASY[:3], EASY[3:6]])
     assert all(torch.isfinite(o["updates"]["loss"]).all() for o in outs)
@@ -412,11 +402,11 @@ def test_micro_batches_accumulate_the_full_batch_gradient(tiny_model_dir, monkey
     batches = [EASY[:4], EASY[4:8]]
     runs, sizes = {}, []
 
-    def counted(policy, scorer, algo, step, rows, *args, **kwargs):
+    def counted(policy, scorer, objective, correct, step, rows, *args, **kwargs):
         sizes.append(len(rows))
-        return chunk_loss(policy, scorer, algo, step, rows, *args, **kwargs)
+        return chunk_loss(policy, scorer, objective, correct, step, rows, *args, **kwargs)
 
-    monkeypatch.setattr(module_lib, "chunk_loss", counted)
+    monkeypatch.setattr(update_lib.chunk_loss_lib, "chunk_loss", counted)
     for rows in (None, 3):
         torch.manual_seed(0)
         m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:8]]), algo=AlgoSettings(micro_batch_rows=rows))

@@ -6,11 +6,11 @@ from collections import defaultdict
 
 import pytest
 
-from grpo_aug.data.pass_rate import pass_rates, tier
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.pipeline import build_parts
+from grpo_aug.prompts.pass_rate import pass_rates, tier
 from grpo_aug.rollout.engine import HFEngine
 from helpers import compose_cfg
 

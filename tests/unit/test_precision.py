@@ -12,13 +12,11 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.lean.decode import LEAN_FLAG, supports
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
-from grpo_aug.models.module import GRPOModule
-from grpo_aug.models.update import chunk_loss
-from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.settings import RolloutSettings
-from helpers import TINY, all_finite, read_scalars, train_here
+from grpo_aug.update.chunk_loss import chunk_loss
+from helpers import TINY, all_finite, make_module, prepared, read_scalars, train_here
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
 
@@ -64,11 +62,8 @@ def test_lean_decode_in_bf16_samples_what_the_hf_loop_samples(tiny_model_dir):
 
 
 def _module(path, algo=None, **kwargs):
-    m = GRPOModule(algo=algo or AlgoSettings(), name_or_path=str(path),
-                   optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-                   reward=RewardSet([RewardFunction(MathReward())]),
-                   rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=8,
-                                           filter=GroupFilter(zero_std=False)), **kwargs)
+    m = make_module(path, rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=8,
+                                                  filter=GroupFilter(zero_std=False)), algo=algo, **kwargs)
     m.configure_model()
     return m
 
@@ -77,7 +72,8 @@ def _loss_and_grads(m, step):
     m.policy.zero_grad()
     rows = torch.arange(len(step.rollout.input_ids))
     aggregate = functools.partial(m.algo.loss.part, rows=len(rows), tokens=step.mask.sum())
-    loss, _ = chunk_loss(m.policy, m.scorer, m.algo, step, rows, 0.04, aggregate)
+    loss, _ = chunk_loss(m.policy, m.update.scorer, m.update.objective, m.algo.engine_correction, step, rows, 0.04,
+                         aggregate)
     loss.backward()
     return loss.item(), [p.grad.clone() for p in m.policy.parameters()]
 
@@ -92,7 +88,7 @@ def test_checkpointing_and_the_hf_path_give_the_same_loss_and_gradient(tiny_mode
     else:
         assert not supports(other.policy)
     torch.manual_seed(0)
-    step = plain.prepare(EASY[:3])
+    step = prepared(plain, EASY[:3])
     loss_a, grads_a = _loss_and_grads(plain, step)
     loss_b, grads_b = _loss_and_grads(other, step)
     assert loss_b == pytest.approx(loss_a, rel=1e-5, abs=1e-6)
@@ -104,7 +100,7 @@ def test_sampling_is_unchanged_by_gradient_checkpointing(tiny_model_dir):
     for checkpointing in (False, True):
         m = _module(tiny_model_dir, gradient_checkpointing=checkpointing)
         torch.manual_seed(0)
-        outs.append(m.prepare(EASY[:2]).rollout.texts)
+        outs.append(prepared(m, EASY[:2]).rollout.texts)
     assert outs[0] == outs[1]
 
 

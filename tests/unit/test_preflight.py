@@ -41,6 +41,9 @@ def test_auc_by_hand_with_two_rewards():
                      "all": pytest.approx(4.5 / 5)}
     soft = discrimination(RewardSet([RewardFunction(SoftMathReward())]), prompts, seed=0)
     assert soft["steps out of order"] == 1.0 and soft["all"] == 1.0  # 0.8 for using 85 before computing it
+    # an answer-only reward is not judged on step order: "all" covers the other four pairs
+    answer_only = discrimination(RewardSet([RewardFunction(MathReward())]), prompts, seed=0, judge_steps=False)
+    assert answer_only == {**exact, "all": 1.0}
 
 
 def test_checks_pass_and_fail_on_constructed_samples():

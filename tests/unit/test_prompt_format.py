@@ -1,21 +1,16 @@
 """Chat prompts: the tokenizer's own template around the user message, checked on the token ids
 the rollout feeds the model, with a ChatML BPE tokenizer built here."""
 
-import functools
 import json
 
 import pytest
-import torch
 from transformers import PreTrainedTokenizerFast
 
-from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.models.module import GRPOModule
-from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
-from helpers import build_chat_model
+from helpers import build_chat_model, make_module, prepared
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
 
@@ -26,11 +21,9 @@ def chat_model_dir(tmp_path_factory):
 
 
 def _module(path, prompt_format, hints=()):
-    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-                   reward=RewardSet([RewardFunction(MathReward())]),
-                   rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=4,
-                                           hints=hints, filter=GroupFilter(zero_std=False)),
-                   algo=AlgoSettings(), prompt_format=prompt_format)
+    m = make_module(path, rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=4,
+                                                  hints=hints, filter=GroupFilter(zero_std=False)),
+                    prompt_format=prompt_format)
     m.configure_model()
     return m
 
@@ -47,7 +40,7 @@ def test_chat_rows_get_exactly_the_templated_token_ids(chat_model_dir):
     calls = []
     render = m.tokenizer.apply_chat_template
     m.tokenizer.apply_chat_template = lambda *a, **k: (calls.append(a[0]), render(*a, **k))[1]
-    step = m.prepare(EASY[:2])
+    step = prepared(m, EASY[:2])
     tok = PreTrainedTokenizerFast.from_pretrained(chat_model_dir)
     start, end = tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
     for g, ids in enumerate(_prompt_ids(step.rollout)):
@@ -62,7 +55,7 @@ def test_chat_rows_get_exactly_the_templated_token_ids(chat_model_dir):
 
 def test_hints_change_the_user_message_only(chat_model_dir):
     m = _module(chat_model_dir, ChatPrompt(), hints=("Use steps.",))
-    step = m.prepare(EASY[:1])
+    step = prepared(m, EASY[:1])
     text = m.tokenizer.decode(_prompt_ids(step.rollout)[0])
     user = EASY[0].prompt.replace(EASY[0].question, EASY[0].question + " Use steps.", 1)
     assert text == f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
@@ -70,7 +63,7 @@ def test_hints_change_the_user_message_only(chat_model_dir):
 
 def test_plain_format_feeds_the_record_text(chat_model_dir):
     m = _module(chat_model_dir, PlainPrompt())
-    step = m.prepare(EASY[:1])
+    step = prepared(m, EASY[:1])
     assert m.tokenizer.decode(_prompt_ids(step.rollout)[0]) == EASY[0].prompt
 
 

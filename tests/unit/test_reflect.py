@@ -6,17 +6,15 @@ import functools
 import pytest
 import torch
 
-from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.lean.logprobs import token_logprobs
-from grpo_aug.models.module import GRPOModule
-from grpo_aug.rewards import RewardFunction, RewardSet
 from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.reflect import Reflection
 from grpo_aug.rollout.settings import RolloutSettings
+from helpers import make_module, prepared
 
 P0 = Prompt("a", "What is 47 + 38 - 9?", "Q: What is 47 + 38 - 9?\nA: ", "76",
             "<<47+38=85>>85\n<<85-9=76>>76\n#### 76", "easy")
@@ -62,26 +60,24 @@ class Never:
 
 
 def test_the_update_uses_the_hinted_sampler_log_probs_as_the_ratio_denominator(tiny_model_dir, monkeypatch):
-    import grpo_aug.models.update as update_lib
-    from grpo_aug.models.update import chunk_loss
+    import grpo_aug.algo.loss as loss_lib
+    from grpo_aug.update.chunk_loss import chunk_loss
 
     easy = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"][:2]
-    m = GRPOModule(name_or_path=str(tiny_model_dir), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-                   reward=RewardSet([RewardFunction(Never())]),
-                   rollout=RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
-                                           filter=GroupFilter(zero_std=False)),
-                   algo=AlgoSettings(), reflect=Reflection(rows=2))
+    m = make_module(tiny_model_dir, Never(), RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0,
+                                                             max_new_tokens=6, filter=GroupFilter(zero_std=False)),
+                    reflect=Reflection(rows=2))
     m.configure_model()
     torch.manual_seed(0)
-    step = m.prepare(easy)  # the untrained model is wrong everywhere: both groups are reflected
+    step = prepared(m, easy)  # the untrained model is wrong everywhere: both groups are reflected
     assert step.hinted.tolist() == [False, False, True, True] * 2
     seen = {}
-    plain = update_lib.policy_loss
-    monkeypatch.setattr(update_lib, "policy_loss", lambda logps, ref, old, *a, **k: (
+    plain = loss_lib.policy_loss
+    monkeypatch.setattr(loss_lib, "policy_loss", lambda logps, ref, old, *a, **k: (
         seen.update(logps=logps.detach(), old=old), plain(logps, ref, old, *a, **k))[1])
     rows = torch.arange(8)
     aggregate = functools.partial(m.algo.loss.part, rows=8, tokens=step.mask.sum())
-    chunk_loss(m.policy, m.scorer, m.algo, step, rows, 0.04, aggregate)
+    chunk_loss(m.policy, m.update.scorer, m.update.objective, m.algo.engine_correction, step, rows, 0.04, aggregate)
     t = seen["old"].shape[1]
     mask = step.mask[:, :t].bool()
     hinted = step.hinted

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from grpo_aug.data.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.data.records import Prompt
-from grpo_aug.rollout.selection import Gathered, Picked, PromptSelection, RankedSelection
-from grpo_aug.rollout.selector import HistorySelector, LearnedSelector, NoSelector, features
+from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
+from grpo_aug.prompts.predictors import HistorySelector, LearnedSelector, NoSelector, features
+from grpo_aug.prompts.selection import Gathered, Picked, PromptSelection, RankedSelection
 
 
 def _prompts(n, bucket="easy", prefix="p"):

@@ -91,13 +91,16 @@ def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_m
     from grpo_aug.models.loading import load_policy, load_tokenizer
     from grpo_aug.rewards import MathReward, RewardFunction, RewardSet
     from grpo_aug.rollout.filter import GroupFilter
-    from grpo_aug.rollout.groups import GroupSampler
+    from grpo_aug.rollout.groups import GroupRollout
     from grpo_aug.rollout.settings import RolloutSettings
 
     easy = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]
     asked = []
-    sampler = GroupSampler(load_tokenizer(str(tiny_model_dir)), RewardSet([RewardFunction(MathReward())]),
+    settings = RolloutSettings(group_size=2, temperatures=(1.0,), max_new_tokens=3,
+                               filter=GroupFilter(zero_std=True, refill=True, max_rounds=3))
+    sampler = GroupRollout(settings, RewardSet([RewardFunction(MathReward())]),
                            prompt_pool=lambda *a: asked.append(a) or [])  # this rank's pool has nothing left
+    sampler.bind(load_tokenizer(str(tiny_model_dir)), str(tiny_model_dir))
     votes = iter([True, True, False])  # other ranks still refill for two rounds
     sampler.any_rank = lambda flag: next(votes)
     # the decode loop's own votes are the test above's; here only the refill rounds vote
@@ -105,19 +108,17 @@ def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_m
     rounds = []
     plain_round = sampler.sample_round
     sampler.sample_round = lambda policy, prompts, *a: rounds.append(len(prompts)) or plain_round(policy, prompts, *a)
-    settings = RolloutSettings(group_size=2, temperatures=(1.0,), max_new_tokens=3,
-                               filter=GroupFilter(zero_std=True, refill=True, max_rounds=3))
-    out = sampler.sample(load_policy(str(tiny_model_dir)), easy[:2], settings, step=0)
+    out = sampler.sample(load_policy(str(tiny_model_dir)), easy[:2], step=0)
     assert len(asked) == 3  # asked every round, given nothing
     assert rounds == [2, 1, 1]  # its own round, then two stand-in rounds of one prompt
     assert len(out.prompts) == 2 and out.rounds == 1  # the stand-ins were discarded
 
 
 def _eval_worker(rank, port, out):
-    from grpo_aug.data.curriculum import StagedSchedule
-    from grpo_aug.data.datamodule import PaddingBatch, PromptDataModule
     from grpo_aug.data.synthetic import SyntheticArithmetic
     from grpo_aug.models.evaluation import HeldoutAccuracy
+    from grpo_aug.prompts.curriculum import StagedSchedule
+    from grpo_aug.prompts.datamodule import PaddingBatch, PromptDataModule
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

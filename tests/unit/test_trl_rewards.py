@@ -1,7 +1,6 @@
 """Reward functions written for TRL's GRPOTrainer, used unchanged: the arguments TRL passes, the
 same rules as per-row rewards (None, on_error, timeout_s, weights), and the token ids a rollout gives."""
 
-import functools
 import json
 import re
 import time
@@ -9,7 +8,6 @@ import time
 import pytest
 import torch
 
-from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.dataset import DatasetSource
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.module import GRPOModule
@@ -17,7 +15,7 @@ from grpo_aug.rewards import RewardFunction, RewardSet, TRLReward
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
-from helpers import build_chat_model
+from helpers import build_chat_model, make_module
 
 
 # -- written as TRL's documentation writes them (huggingface.co/docs/trl, GRPOTrainer) --------
@@ -139,11 +137,9 @@ def test_functions_by_import_path_and_bad_paths_fail_before_training():
 def _spied_module(path, group_size: int, prompt_format=None) -> GRPOModule:
     """A module on the chat model whose only reward is `spy`."""
     CALLS.clear()
-    m = GRPOModule(name_or_path=str(path), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-                   reward=RewardSet([RewardFunction(TRLReward(spy))]),
-                   rollout=RolloutSettings(group_size=group_size, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
-                                           filter=GroupFilter(zero_std=False)), algo=AlgoSettings(),
-                   prompt_format=prompt_format)
+    m = make_module(path, RewardSet([RewardFunction(TRLReward(spy))]),
+                    RolloutSettings(group_size=group_size, temperatures=(1.0,), top_p=1.0, max_new_tokens=6,
+                                    filter=GroupFilter(zero_std=False)), prompt_format=prompt_format)
     m.configure_model()
     return m
 
@@ -151,7 +147,7 @@ def _spied_module(path, group_size: int, prompt_format=None) -> GRPOModule:
 def test_the_rollout_passes_each_completions_token_ids(tmp_path):
     m = _spied_module(build_chat_model(tmp_path / "chat"), group_size=3)
     prompts = [Prompt(f"p{i}", f"{i}+1?", f"Q: {i}+1?\nA: ", str(i + 1), str(i + 1), "easy") for i in range(2)]
-    sampled = m.sampler.sample_round(m.policy, prompts, m.rollout_settings, torch.Generator().manual_seed(0),
+    sampled = m.rollout.sample_round(m.policy, prompts, torch.Generator().manual_seed(0),
                                      TrainerState(3, 9))
     ro = sampled.rollout
     expected = [row[mask.bool()].tolist() for row, mask in zip(ro.input_ids[:, ro.prompt_len :], ro.completion_mask,
@@ -167,7 +163,7 @@ def test_under_the_chat_template_rewards_see_the_messages_the_model_saw(tmp_path
     m = _spied_module(build_chat_model(tmp_path / "chat"), 2, ChatPrompt(system_prompt="Be brief."))
     text = Prompt("t", "2+3?", "2+3?", "5", "5", "easy")  # a text record, rendered as a chat
     conv = Prompt("c", "4+4?", "4+4?", "8", "8", "easy", context=(("system", "Use steps."),))
-    sampled = m.sampler.sample_round(m.policy, [text, conv], m.rollout_settings, torch.Generator().manual_seed(0))
+    sampled = m.rollout.sample_round(m.policy, [text, conv], torch.Generator().manual_seed(0))
     call = CALLS[0]
     brief = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
     assert call["prompts"][:2] == [brief, brief]

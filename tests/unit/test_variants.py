@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_aug.data.curriculum import StagedSchedule
-from grpo_aug.data.datamodule import PromptDataModule
 from grpo_aug.data.gsm8k import read_gsm8k
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.data.variants import NumericSubstitution, Rephrase, VariantFailed, Variants
+from grpo_aug.prompts.curriculum import StagedSchedule
+from grpo_aug.prompts.datamodule import PromptDataModule
 
 GSM8K = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "gsm8k" / "train.jsonl"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -87,6 +88,28 @@ def policy_loss(
             "ratio_max": torch.where(on, ratio_t, zero).max() if on.any() else zero,
         }
     return loss, stats
+
+
+@dataclass(frozen=True)
+class ClippedObjective:
+    """policy_loss with its settings held (built from `algo` by AlgoSettings.objective): called on
+    one chunk's tensors, with the step's beta and the update's aggregation."""
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    kl: KLFn = k3_kl
+    ratio: RatioFn = field(default_factory=TokenRatio)
+    clip_ratio_c: float | None = None
+    entropy_coef: float = 0.0
+
+    def __call__(self, logps: torch.Tensor, ref_logps: torch.Tensor | None, old_logps: torch.Tensor,
+                 advantages: torch.Tensor, mask: torch.Tensor, beta: float, aggregate: Aggregate,
+                 entropy: torch.Tensor | None = None, pg_weight: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return policy_loss(logps, ref_logps, old_logps, advantages, mask, beta=beta, clip_eps_low=self.clip_eps_low,
+                           clip_eps_high=self.clip_eps_high, kl=self.kl, aggregate=aggregate, ratio=self.ratio,
+                           clip_ratio_c=self.clip_ratio_c, entropy=entropy, entropy_coef=self.entropy_coef,
+                           pg_weight=pg_weight)
 
 
 STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")

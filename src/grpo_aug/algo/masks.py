@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -66,30 +67,38 @@ def repetition_mask(ids: Sequence[int], ngram: int, max_repeats: int) -> list[in
     return keep
 
 
-def loss_mask(completion_ids: torch.Tensor, completion_mask: torch.Tensor, truncated: torch.Tensor,
-              valid: torch.Tensor, mask_truncated: bool = False, template_patterns: Sequence[re.Pattern] = (),
-              repeat_ngram: int = 0, repeat_max: int = 3,
-              piece: Callable[[int], str] | None = None) -> torch.Tensor:
-    """[N, T] float mask of the completion tokens that carry loss.
+@dataclass(frozen=True)
+class LossMask:
+    """Which completion tokens carry loss (built from `algo` by AlgoSettings.loss_mask).
 
-    completion_ids, completion_mask: [N, T] (padding already 0); truncated: [N]; valid: [N] rows
-    that count (near-copies, unscorable, filtered and left-out rows carry no loss). The template
-    and repetition masks look at each row's tokens (`piece(id)` is a token's text alone) and
-    run per row; truncation and row validity are whole-tensor operations.
+    The template and repetition masks look at each row's tokens (`piece(id)` is a token's text
+    alone) and run per row; truncation and row validity are whole-tensor operations.
     """
-    mask = completion_mask.float()  # [N, T]
-    if mask_truncated:
-        mask = truncation_mask(mask, truncated)
-    if template_patterns or repeat_ngram:
-        for i, ids in enumerate(completion_ids.tolist()):
-            n = int(completion_mask[i].sum())
-            keep = torch.ones(n, dtype=mask.dtype)
-            if template_patterns:
-                keep *= torch.tensor(template_mask([piece(t) for t in ids[:n]], template_patterns), dtype=mask.dtype)
-            if repeat_ngram:
-                keep *= torch.tensor(repetition_mask(ids[:n], repeat_ngram, repeat_max), dtype=mask.dtype)
-            mask[i, :n] *= keep.to(mask.device)
-    return mask * valid.reshape(-1, 1).to(mask.dtype)  # [N, T]
+
+    mask_truncated: bool = False
+    template_patterns: Sequence[re.Pattern] = ()
+    repeat_ngram: int = 0
+    repeat_max: int = 3
+
+    def __call__(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor, truncated: torch.Tensor,
+                 valid: torch.Tensor, piece: Callable[[int], str] | None = None) -> torch.Tensor:
+        """[N, T] float mask. completion_ids, completion_mask: [N, T] (padding already 0);
+        truncated: [N]; valid: [N] rows that count (near-copies, unscorable, filtered and left-out
+        rows carry no loss)."""
+        mask = completion_mask.float()  # [N, T]
+        if self.mask_truncated:
+            mask = truncation_mask(mask, truncated)
+        if self.template_patterns or self.repeat_ngram:
+            for i, ids in enumerate(completion_ids.tolist()):
+                n = int(completion_mask[i].sum())
+                keep = torch.ones(n, dtype=mask.dtype)
+                if self.template_patterns:
+                    pieces = [piece(t) for t in ids[:n]]
+                    keep *= torch.tensor(template_mask(pieces, self.template_patterns), dtype=mask.dtype)
+                if self.repeat_ngram:
+                    keep *= torch.tensor(repetition_mask(ids[:n], self.repeat_ngram, self.repeat_max), dtype=mask.dtype)
+                mask[i, :n] *= keep.to(mask.device)
+        return mask * valid.reshape(-1, 1).to(mask.dtype)  # [N, T]
 
 
 class TokenText:

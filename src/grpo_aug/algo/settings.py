@@ -11,6 +11,8 @@ from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
 from grpo_aug.algo.engine_correction import TokenTruncate
 from grpo_aug.algo.kl import k3_kl
+from grpo_aug.algo.loss import ClippedObjective
+from grpo_aug.algo.masks import LossMask
 from grpo_aug.algo.ratio import TokenRatio
 
 
@@ -99,5 +101,12 @@ class AlgoSettings:
         return not self.beta.always_zero
 
     @property
-    def compiled_templates(self) -> list[re.Pattern]:
-        return [re.compile(p) for p in self.template_patterns]
+    def objective(self) -> ClippedObjective:
+        """The clipped loss with these settings; beta and the aggregation come per update."""
+        return ClippedObjective(self.clip_eps_low, self.clip_eps_high, self.kl, self.ratio, self.clip_ratio_c,
+                                self.entropy_coef)
+
+    @property
+    def loss_mask(self) -> LossMask:
+        return LossMask(self.mask_truncated, tuple(re.compile(p) for p in self.template_patterns), self.repeat_ngram,
+                        self.repeat_max)

@@ -74,7 +74,7 @@ class AdaptiveTemperature(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.ladder is None:  # fresh run; a resumed one brings its ladder from the checkpoint
-            self.ladder = list(pl_module.temperature_ladder)
+            self.ladder = list(pl_module.rollout.temperatures)
         self._apply(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -100,7 +100,7 @@ class AdaptiveTemperature(L.Callback):
                                     "rollout/temperature_count": float(len(self.ladder))}, step=trainer.global_step)
 
     def _apply(self, pl_module) -> None:
-        pl_module.set_temperature_ladder(self.ladder)
+        pl_module.rollout.set_temperatures(self.ladder)
 
     def state_dict(self) -> dict:
         return {"ladder": self.ladder, "low_windows": self.low_windows, "stds": self.stds, "means": self.means}

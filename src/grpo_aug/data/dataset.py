@@ -9,7 +9,7 @@ written for TRL, which take them as keyword arguments. The answer column is
 taken as written, or, with `answer_markers` (e.g. [boxed] for MATH solutions, [hash] for GSM8K's),
 the final answer is extracted from it. Tiers come from a difficulty column (numbers, or text with
 one, such as MATH's "Level 3": <= easy_max easy, <= medium_max medium, else hard), or, with
-`tiers: pass_rate`, from the starting policy's measured pass rate (data/pass_rate.py) before
+`tiers: pass_rate`, from the starting policy's measured pass rate (prompts/pass_rate.py) before
 training. Bad rows are named `file:line` (JSONL, CSV) or `file[row i]` and stop the run, or with
 data.on_bad_row=skip are left out and summarised, as for GSM8K.
 """

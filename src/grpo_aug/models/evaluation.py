@@ -40,9 +40,11 @@ class EvalSettings:
 
 
 class HeldoutAccuracy(torch.nn.Module):
-    def __init__(self, answer: AnswerFormat | None = None, settings: EvalSettings | None = None) -> None:
+    def __init__(self, answer: AnswerFormat | None = None, settings: EvalSettings | None = None,
+                 max_new_tokens: int | None = None) -> None:
         super().__init__()
         self.settings = settings or EvalSettings()
+        self.max_new_tokens = max_new_tokens  # model.eval_max_new_tokens; None: the rollout's budget
         names = ["correct", "total"] + (["passed", "right_samples"] if self.settings.samples > 1 else [])
         self.sums = torch.nn.ModuleDict({f"{n}_{b}": SumMetric() for n in names for b in BUCKETS})
         self.exact = MathReward(answer=answer)

@@ -1,6 +1,6 @@
 """Sampling whole groups: G rows per prompt, scored and deduplicated, with the zero-std refill.
 
-`GroupSampler.sample_round` rolls out one batched call for a list of prompts; `sample` adds
+`GroupRollout.sample_round` rolls out one batched call for a list of prompts; `sample` adds
 DAPO-style dynamic sampling: while fewer than `data.batch_size` groups have reward spread, it
 rolls out fresh prompts of the same bucket (never earlier rows) for at most
 `rollout.filter.max_rounds` extra rounds. Preflight uses `sample_round` on its own.
@@ -8,6 +8,7 @@ rolls out fresh prompts of the same bucket (never earlier rows) for at most
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -68,33 +69,56 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
     )
 
 
-class GroupSampler:
-    """Rolls out, scores and deduplicates groups for a policy. The rollout settings are passed
-    per call: the adaptive temperature callback changes the ladder during a run."""
+class GroupRollout:
+    """Stage 2 of a step, the group rollout: rolls out, scores and deduplicates groups for a
+    policy (engine, temperature ladder, hints, reflection, down-sampling, overlong shaping, refill).
+    The adaptive temperature controller moves the ladder through `set_temperatures`."""
 
-    def __init__(self, tokenizer, reward: RewardSet, overlong_buffer: int = 0, overlong_penalty: float = 1.0,
-                 prompt_pool: PromptPool | None = None, prompt_format: Callable[..., list[str]] | None = None,
-                 engine: HFEngine | VLLMEngine | None = None, reflect: Reflection | NoReflection | None = None) -> None:
+    def __init__(self, settings: RolloutSettings | None = None, reward: RewardSet | None = None,
+                 engine: HFEngine | VLLMEngine | None = None, reflect: Reflection | NoReflection | None = None,
+                 overlong_buffer: int = 0, overlong_penalty: float = 1.0, prompt_format=None,
+                 prompt_pool: PromptPool | None = None, seed: int = 0) -> None:
+        """prompt_format: record text -> model input text (data/prompt_format), bound to the
+        tokenizer in `bind`; prompt_pool: fresh prompts for the refill (the DataModule's
+        draw_prompts); seed: the rollout's random stream and the engine's."""
+        self.settings = settings or RolloutSettings()
+        if self.settings.filter.refill and prompt_pool is None:
+            raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
+        self.reward = reward
         self.engine = engine or HFEngine()
         self.reflect = reflect or NoReflection()
-        self.tokenizer = tokenizer
-        self.prompt_format = prompt_format or PlainPrompt()  # record text -> model input text (data/prompt_format)
+        self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
+        self.prompt_format = prompt_format or PlainPrompt()
+        self.prompt_pool = prompt_pool
+        self.seed = seed
+        self.tokenizer = None
         # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
         self.any_rank: Callable[[bool], bool] | None = None
-        self.reward = reward
-        self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
-        self.prompt_pool = prompt_pool
+
+    def bind(self, tokenizer, name_or_path: str) -> None:
+        """The run's tokenizer; the prompt format checks the model's chat template against it."""
+        self.tokenizer = tokenizer
+        self.prompt_format = self.prompt_format.bind(tokenizer, name_or_path)
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        return self.settings.temperatures
+
+    def set_temperatures(self, ladder) -> None:
+        """A new temperature ladder, from the next rollout on."""
+        self.settings = dataclasses.replace(self.settings, temperatures=tuple(ladder))
 
     def all_done(self) -> Callable[[bool], bool] | None:
         """The decode loop's stop vote under sharded weights: (this rank's rows finished) -> are
         every rank's; None: each rank stops on its own."""
         return None if self.any_rank is None else (lambda done: not self.any_rank(not done))
 
-    def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], settings: RolloutSettings,
-                     generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:
+    def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], generator: torch.Generator | None = None,
+                     state: TrainerState | None = None) -> SampledGroups:
         """Roll out the rows of every prompt in one batched call; score and dedup them; with
         rollout.oversample = k, keep the G of each prompt's k x G rows whose rewards vary most."""
-        s, G, n = settings, settings.group_size, len(prompts)
+        s, n = self.settings, len(prompts)
+        G = s.group_size
         R = s.rows_per_prompt  # G, or k x G before down-sampling
         device = next(policy.parameters()).device
         temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
@@ -140,12 +164,12 @@ class GroupSampler:
                              informative_groups(rewards, valid), std_gain, tokens,
                              hinted=hinted.view(n, G).to(device) if self.reflect.active else None)
 
-    def sample(self, policy: torch.nn.Module, batch: list[Prompt], settings: RolloutSettings, step: int,
+    def sample(self, policy: torch.nn.Module, batch: list[Prompt], step: int,
                generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:
         """The batch's groups, plus refill rounds while too few are informative (if configured).
         state: what reward functions written for TRL get as trainer_state."""
-        rounds = [self.sample_round(policy, batch, settings, generator, state)]
-        wanted, f = len(batch), settings.filter
+        rounds = [self.sample_round(policy, batch, generator, state)]
+        wanted, f = len(batch), self.settings.filter
         informative = int(rounds[0].informative.sum())
         for round_ in range(1, f.max_rounds + 1 if f.refill else 1):
             used = {p.id for r in rounds for p in r.prompts}
@@ -154,8 +178,8 @@ class GroupSampler:
             if not (bool(extra) if self.any_rank is None else self.any_rank(bool(extra))):
                 break
             if not extra:  # another rank refills: its sharded forwards need this rank's, on a stand-in, discarded
-                self.sample_round(policy, batch[:1], settings, generator, state)
+                self.sample_round(policy, batch[:1], generator, state)
                 continue
-            rounds.append(self.sample_round(policy, extra, settings, generator, state))
+            rounds.append(self.sample_round(policy, extra, generator, state))
             informative += int(rounds[-1].informative.sum())
         return merge_rounds(rounds, self.tokenizer.pad_token_id)

@@ -6,25 +6,25 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_aug.algo import policy_loss
+from grpo_aug.algo.loss import ClippedObjective
 from grpo_aug.algo.optim import local_shard
-from grpo_aug.algo.settings import AlgoSettings
-from grpo_aug.models.step import PreparedStep
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.update.scoring import Scorer
+from grpo_aug.update.step import PreparedStep
 
 
-def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step: PreparedStep,
-               rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
+def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObjective, correct: Callable,
+               step: PreparedStep, rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of `rows` (indices into the step's rows), on them trimmed to their longest completion.
 
-    entropy: measure the policy's entropy on this chunk (the first update of a rollout logs it);
-    with an entropy bonus every chunk measures it, with its gradient.
+    correct: algo.engine_correction, for rows an external engine sampled. entropy: measure the
+    policy's entropy on this chunk (the first update of a rollout logs it); with an entropy bonus
+    every chunk measures it, with its gradient.
     """
     part = trim(select_rows(step.rollout, rows))
     t = part.completion_mask.shape[1]
-    bonus = algo.entropy_coef > 0
+    bonus = objective.entropy_coef > 0
     if entropy or bonus:
         logps, ent = scorer.logprobs(policy, part, with_entropy=True, entropy_grad=bonus)  # [c, t] each
     else:
@@ -34,7 +34,7 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
     mask = step.mask[rows, :t]  # [c, t]
     correction = None
     if step.engine_sampled:  # pi_trainer / pi_engine at rollout time, the trainer's side being `old`
-        correction = algo.engine_correction(old, part.sample_logprobs[:, :t].to(old.dtype), mask)
+        correction = correct(old, part.sample_logprobs[:, :t].to(old.dtype), mask)
     if step.hinted is not None and bool(step.hinted[rows].any()):
         # rows sampled under a hinted prompt: the ratio's denominator is their sampler's log-prob
         # there (an importance weight against the original prompt, bounded by the clip)
@@ -45,12 +45,8 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, algo: AlgoSettings, step
                                              ratio=correction.ratio.masked_fill(hinted, 1.0),
                                              masked=correction.masked & ~hinted)
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
-    loss, stats = policy_loss(
-        logps, ref, old, step.advantages[rows], mask, beta=beta, clip_eps_low=algo.clip_eps_low,
-        clip_eps_high=algo.clip_eps_high, kl=algo.kl, aggregate=aggregate, ratio=algo.ratio,
-        clip_ratio_c=algo.clip_ratio_c, entropy=ent, entropy_coef=algo.entropy_coef,
-        pg_weight=None if correction is None else correction.weight,
-    )
+    loss, stats = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent,
+                            pg_weight=None if correction is None else correction.weight)
     stats["tokens"] = mask.sum()
     if correction is not None:
         on, n = mask > 0, mask.sum().clamp(min=1)

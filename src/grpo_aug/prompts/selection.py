@@ -1,8 +1,8 @@
 """Acting on the samples before a rollout: which prompts to roll out, and what each rollout showed.
 
-`pick` asks the selector (rollout/selector.py) for each candidate's skip probability. Spares of
+`pick` asks the selector (prompts/predictors.py) for each candidate's skip probability. Spares of
 the same bucket are drawn up front (max_rounds, or spares, x the batch), so that a selector that reads the
-policy's likelihood of each reference (rollout/likelihood.py) scores every candidate in one forward.
+policy's likelihood of each reference (prompts/likelihood.py) scores every candidate in one forward.
 Then:
 
     PromptSelection  GRESO-style: draw one uniform per (seed, step, prompt) and skip with that
@@ -34,11 +34,11 @@ import random
 from collections.abc import Callable
 from typing import NamedTuple
 
-from grpo_aug.data.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.data.records import Prompt
+from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
+from grpo_aug.prompts.predictors import NoSelector
 from grpo_aug.rewards import AnswerFormat, MathReward
 from grpo_aug.rollout.groups import PromptPool, SampledGroups
-from grpo_aug.rollout.selector import NoSelector
 
 
 class Picked(NamedTuple):

@@ -6,7 +6,7 @@ there is no history. One no-grad forward over prompt + reference gives, for ever
 log-probability that the policy samples the reference word for word at temperature 1. A prompt
 whose reference the policy would write almost surely tends to come out all right; one whose
 reference is far out of reach tends to come out all wrong; both are flat groups. The selector
-learns online which values mean flat (rollout/selector.py).
+learns online which values mean flat (prompts/predictors.py).
 
 The reference is the record's `solution` (a dataset without one carries its answer there), cut at
 the rollout's token budget, then EOS. Under sharded weights every rank calls this once per rollout

@@ -11,11 +11,11 @@ from typing import Protocol
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
-from grpo_aug.data.history import OnlineDifficulty, PromptHistory, StaticDifficulty
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
-from grpo_aug.data.sampler import CurriculumBatchSampler
 from grpo_aug.data.variants import Variants
+from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
+from grpo_aug.prompts.history import OnlineDifficulty, PromptHistory, StaticDifficulty
 
 log = logging.getLogger(__name__)
 

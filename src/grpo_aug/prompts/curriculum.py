@@ -13,9 +13,9 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               its groups that came out with reward spread, the groups that teach; buckets are drawn
               by softmax(value / temperature) with an exploration floor, so a bucket where every
               group is flat (always solved, or never) is only probed. Same two-step lag.
-Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit,
-whose `needs_observations` is true; `reward` is the step's mean reward, `informative` its share of
-groups with reward spread, both averaged over ranks) and state_dict/load_state_dict.
+Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit;
+the prompt feed calls it after each rollout with the step's mean reward and its share of groups
+with reward spread, both averaged over ranks) and state_dict/load_state_dict.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
 
 
 class _Stateless:
-    needs_observations = False
-
     def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
         pass
 
@@ -118,7 +116,6 @@ class _Lagged:
     state in `_next(before, bucket, reward, informative)`. States must be plain floats or dicts."""
 
     LAG = 2
-    needs_observations = True
     what = "groups"
 
     def __init__(self, initial) -> None:

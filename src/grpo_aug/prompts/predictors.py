@@ -1,7 +1,7 @@
 """Prompt selectors (`rollout/selector=none|history|learned`): the chance a prompt's group comes out flat.
 
 A flat group (every counted row gets the same reward) has zero advantage everywhere: its rollout
-is compute spent on nothing. Before a rollout, the selection step (rollout/selection.py) asks the
+is compute spent on nothing. Before a rollout, the selection step (prompts/selection.py) asks the
 selector for each candidate's flat probability, capped at 1 - `explore` (every prompt keeps a
 chance to show that the policy changed), then skips each candidate with that probability
 (`PromptSelection`) or rolls out the least likely flat (`RankedSelection`, the `learned` preset).
@@ -10,7 +10,7 @@ chance to show that the policy changed), then skips each candidate with that pro
     history  GRESO-style: flat probability 1 - decay^streak, from the prompt's flat streak alone
     learned  a logistic regression on the prompt's bucket, length, smoothed pass rate, flat streak,
              steps since last seen and (with `likelihood`) the policy's log-probability of the
-             prompt's reference solution (rollout/likelihood.py), trained online on every
+             prompt's reference solution (prompts/likelihood.py), trained online on every
              rolled-out group (no second network); it skips nothing until it has seen
              `warmup_groups` groups
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
-from grpo_aug.data.history import PromptRecord
 from grpo_aug.data.records import BUCKETS
+from grpo_aug.prompts.history import PromptRecord
 
 
 class _Selector:

@@ -6,7 +6,7 @@ everywhere), the rank slices of one step are disjoint, and a resumed run (state_
 load_state_dict) continues with exactly the batches an uninterrupted run would have seen.
 
 With online difficulty (`buckets_at`), the bucket members at a step come from the prompt history
-(moves apply with a fixed lag, see data/history.py). A drawn bucket with too few members for the
+(moves apply with a fixed lag, see prompts/history.py). A drawn bucket with too few members for the
 step falls back to the bucket nearest to it that has enough.
 """
 

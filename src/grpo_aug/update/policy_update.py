@@ -1,0 +1,180 @@
+"""Stage 3 of a step, the policy update: from a step's rolled-out groups to algo.num_iterations x
+algo.minibatches optimizer steps.
+
+`prepare` computes once per rollout what every update needs (the groups that enter, the loss
+mask, the advantages, the reference and rollout-policy log-probs); `train` runs the updates, each
+in length chunks (and micro-batches) with its own backward. Holds the `algo` settings, the loss
+object built from them and the beta schedule, whose state is this stage's `state_dict`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from grpo_aug.algo import group_advantages
+from grpo_aug.algo.advantages import batch_reward_std
+from grpo_aug.algo.loss import merge_stats
+from grpo_aug.algo.masks import TokenText
+from grpo_aug.algo.optim import clip_gradients_, gradient_norm
+from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.lean.decode import sharded
+from grpo_aug.rewards.winsorize import NoWinsorize
+from grpo_aug.rollout.groups import SampledGroups
+from grpo_aug.rollout.merge import select_rows
+from grpo_aug.update import chunk_loss as chunk_loss_lib
+from grpo_aug.update.scoring import Scorer
+from grpo_aug.update.step import PreparedStep
+
+log = logging.getLogger(__name__)
+
+
+class OptimizerHandle(NamedTuple):
+    """What the module lends an update: its optimizer and schedule, Lightning's backward (mixed
+    precision, strategies) and the step number for messages."""
+
+    optimizer: Any
+    schedule: Any
+    backward: Callable[[torch.Tensor], None]
+    global_step: int
+
+
+class PolicyUpdate:
+    def __init__(self, algo: AlgoSettings | None = None, winsorize: Any = None) -> None:
+        self.algo = algo or AlgoSettings()
+        self.winsorize = winsorize or NoWinsorize()  # reward.winsorize: the step's rewards clipped before advantages
+        self.objective = self.algo.objective
+        self.loss_mask = self.algo.loss_mask
+        self.scorer = Scorer(self.algo.length_chunks, micro_batch_rows=self.algo.micro_batch_rows)
+        self.token_text: TokenText | None = None
+        self.ranks = None
+
+    def bind(self, tokenizer, ranks) -> None:
+        """The tokenizer (for the template masks) and the module's rank reductions (distributed.Ranks)."""
+        self.token_text = TokenText(tokenizer)
+        self.ranks = ranks
+        self.scorer.reduce_mean, self.scorer.reduce_max = ranks.mean, ranks.max
+
+    def state_dict(self) -> dict:
+        return {"beta": self.algo.beta.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.algo.beta.load_state_dict(state.get("beta", {}))
+
+    def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference, zero_std: bool,
+                refill_wanted: int | None, external_engine: bool) -> PreparedStep:
+        """Everything the updates need, computed once per rollout; no optimizer involved.
+        reference: a context giving the reference model (models.policy.PolicyModels.reference);
+        zero_std: flat groups leave the update; refill_wanted: the informative groups the refill
+        aimed for (None: no refill)."""
+        a, G = self.algo, sampled.valid.shape[1]
+        keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
+        valid = sampled.valid & keep[:, None]  # [N, G]
+        groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
+        rows = (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)  # [B*G]
+        ro = sampled.rollout if len(groups) == len(keep) else select_rows(sampled.rollout, rows)
+
+        # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
+        mask = self.loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated, valid[groups],
+                              self.token_text)  # [B*G, T]
+
+        # advantages from the step's (optionally winsorised) rewards, within each group
+        rewards = self.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
+        batch_std = None
+        if a.scale_rewards.needs_batch_std:  # every counted reward of the step, flat groups and all ranks included
+            batch_std = batch_reward_std(self.winsorize(sampled.rewards, sampled.valid), sampled.valid,
+                                         self.ranks.sum)
+        advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip, scale=a.scale_rewards,
+                                      batch_std=batch_std).reshape(-1)  # [B*G]
+
+        # reference log-probs, and the rollout policy's when it changes before the last update
+        ref_logps = old_logps = None
+        if len(groups) > 0:
+            chunks = self.scorer.chunks(policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
+            with torch.no_grad():
+                if a.needs_reference:
+                    with reference() as model:
+                        ref_logps = self.scorer.logprobs(model, ro, chunks)  # [B*G, T]
+                if a.updates_per_rollout > 1:
+                    old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
+        exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
+        hinted = None if sampled.hinted is None else sampled.hinted[groups].reshape(-1)  # [B*G]
+        engine_sampled = external_engine and a.engine_correction.active and ro.sample_logprobs is not None
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
+                            engine_sampled)
+
+    def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
+              ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:
+        """The clipped-loss updates over minibatches of whole groups. Returns the per-update stats
+        ([U] each), the rank-mean KL of the first pass (what the beta schedule observes) and beta."""
+        a = self.algo
+        beta = a.beta(opt.global_step)
+        parts = torch.tensor_split(torch.arange(len(step.groups)), a.minibatches)
+        stats = [self.update(policy, step, beta, part, opt, entropy=(i == 0 and j == 0))
+                 for i in range(a.num_iterations) for j, part in enumerate(parts)]
+        updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
+        kl_mean = self.ranks.reduce(updates["kl_mean"][: a.minibatches].mean(), "mean")
+        a.beta.observe(opt.global_step, kl_mean.item())
+        return updates, kl_mean, beta
+
+    def update(self, policy: torch.nn.Module, step: PreparedStep, beta: float, groups: torch.Tensor,
+               opt: OptimizerHandle, entropy: bool) -> dict[str, torch.Tensor]:
+        """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
+
+        Length-sorted chunks each run their own backward; their losses add up to the update's.
+        A non-finite chunk loss or gradient norm on any rank skips the update on every rank (no
+        optimizer or lr step: weights and AdamW's moments stay bit-identical; `skipped` is 1); so
+        does an update without a loss token on any rank (a zero gradient would still move every
+        weight through AdamW's momentum), with `skipped` 0.
+        """
+        a, ro = self.algo, step.rollout
+        G = step.valid.shape[1]
+        device = ro.input_ids.device
+        opt.optimizer.zero_grad()
+        rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(device)  # [b*G]
+        total_tokens = step.mask[rows].sum()
+        aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
+        chunk_loss = functools.partial(chunk_loss_lib.chunk_loss, policy, self.scorer, self.objective,
+                                       a.engine_correction, step)
+        parts, nonfinite = [], 0
+        for chunk in self.scorer.chunks(policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
+            if len(chunk) == 0 and sharded(policy) and len(rows) > 0:
+                # fewer rows here than another rank's parts: under sharded weights every forward is a
+                # collective, so a stand-in row runs one, weighted 0
+                loss, stats = 0.0 * chunk_loss(rows[:1], beta, aggregate)[0], None
+            elif len(chunk) == 0:  # fewer rows than chunks
+                loss, stats = chunk_loss_lib.zero_loss(policy), None
+            else:
+                loss, stats = chunk_loss(rows[chunk], beta, aggregate, entropy)
+            if not torch.isfinite(loss):
+                nonfinite += 1
+                # the backward still runs (on a zero loss) so that DDP ranks stay in lockstep
+                loss, stats = chunk_loss_lib.zero_loss(policy), None
+            opt.backward(loss)
+            parts.append((loss.detach(), stats))
+        grad_norm = gradient_norm(policy)
+        finite = bool(torch.isfinite(grad_norm))
+        local = torch.tensor([float(nonfinite > 0 or not finite), float(total_tokens),
+                              float(grad_norm) ** 2 if finite else 0.0], device=device)
+        # one reduce, every rank; the squared norms add up to the whole model's only when sharded
+        bad, tokens, norm_sq = self.ranks.reduce(local, "sum").tolist()
+        skip, empty = bad > 0, tokens == 0
+        if skip:
+            log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
+                        opt.global_step,
+                        f"loss in {nonfinite} chunk(s)" if nonfinite else f"gradient norm {grad_norm}")
+        if skip or empty:
+            opt.optimizer.zero_grad(set_to_none=True)
+            opt.optimizer.step()  # counts the step; with no gradient the optimizer touches nothing
+        else:
+            if a.max_grad_norm is not None:  # by hand: Lightning refuses to clip fused optimizers under bf16-mixed
+                clip_gradients_(policy, a.max_grad_norm, norm_sq ** 0.5 if sharded(policy) else None)
+            opt.optimizer.step()
+            opt.schedule.step()
+        return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=device),
+                "skipped": torch.tensor(float(skip), device=device),
+                **merge_stats([st for _, st in parts if st is not None], device)}
