@@ -1,10 +1,28 @@
 """Reductions over ranks, called on every rank, through the module's Lightning strategy (each is
 the value itself outside a Trainer): what decides together under DDP and FSDP (stop votes, chunk
-and micro-batch counts, the batch reward std)."""
+and micro-batch counts, the batch reward std); and the per-rank gather of Python objects (the
+feed's outcomes, checkpointed per-rank state)."""
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
+
+
+def rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_per_rank(state: object) -> list:
+    """[rank 0's state, rank 1's, ...]; a collective under torch.distributed: call on every rank."""
+    rank, world = rank_world()
+    if world == 1:
+        return [state]
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, state)
+    return gathered
 
 
 def rank_any(module, flag: bool) -> bool:

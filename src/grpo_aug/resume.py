@@ -3,7 +3,7 @@ the run directory's latest checkpoint.
 
 Lightning saves a checkpoint from rank 0 only, but each rank has its own streams (and its own
 unsynced metric windows). So each rank's state is gathered into the checkpoint as a list
-indexed by rank (`gather_per_rank`, called on every rank: Lightning builds the checkpoint dict
+indexed by rank (`distributed.gather_per_rank`, called on every rank: Lightning builds the checkpoint dict
 on all of them) and each rank takes its own entry back (`own_entry`).
 """
 
@@ -15,30 +15,15 @@ import zipfile
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
+
+from grpo_aug.distributed import rank_world
 
 log = logging.getLogger(__name__)
 
 
-def _rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def gather_per_rank(state: object) -> list:
-    """[rank 0's state, rank 1's, ...]; a collective under torch.distributed: call on every rank."""
-    rank, world = _rank_world()
-    if world == 1:
-        return [state]
-    gathered: list = [None] * world
-    dist.all_gather_object(gathered, state)
-    return gathered
-
-
 def own_entry(states: list, what: str):
     """This rank's entry of a gather_per_rank list; None (with a warning) if the world size changed."""
-    rank, world = _rank_world()
+    rank, world = rank_world()
     if len(states) != world:
         log.warning("the checkpoint's %s come from %d rank(s), this run has %d: they start afresh, so the run "
                     "continues correctly but not bit for bit", what, len(states), world)

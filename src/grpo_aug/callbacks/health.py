@@ -44,8 +44,9 @@ from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
 from grpo_aug.callbacks.tables import write_sample_tables
+from grpo_aug.distributed import gather_per_rank
 from grpo_aug.report import StepReport
-from grpo_aug.resume import gather_per_rank, own_entry
+from grpo_aug.resume import own_entry
 
 
 def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.0) -> dict[str, tuple]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grpo_aug.resume import capture_rng, gather_per_rank, own_entry, restore_rng
+from grpo_aug.distributed import gather_per_rank
+from grpo_aug.resume import capture_rng, own_entry, restore_rng
 
 
 class NonFiniteTraining(RuntimeError):

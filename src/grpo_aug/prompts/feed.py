@@ -16,9 +16,9 @@ import torch
 from grpo_aug.algo.group_stats import counted_mean, informative_share
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.distributed import gather_per_rank
 from grpo_aug.prompts.likelihood import reference_logprobs
 from grpo_aug.prompts.selection import Picked, PromptSelection
-from grpo_aug.resume import gather_per_rank
 from grpo_aug.rollout.groups import SampledGroups
 
 
