@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from grpo_aug.eventlog import read_scalars  # noqa: F401  (tests import it from here)
 from grpo_aug.report import StepReport
+from grpo_aug.update import PolicyUpdate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
@@ -242,3 +243,7 @@ def prepared(module, batch):
     step = module.global_step
     picked, sampled, _ = module.sample_groups(batch, step // module.algo.updates_per_rollout, step)
     return module.prepare(sampled, len(picked.prompts))
+
+
+class SwappedUpdate(PolicyUpdate):
+    """A stage swapped in by config (module.update._target_=helpers.SwappedUpdate)."""

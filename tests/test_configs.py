@@ -8,7 +8,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.tiny import build_char_tokenizer
 from grpo_aug.pipeline import build_parts, rollout_settings
 from grpo_aug.prompts.datamodule import PromptDataModule
-from helpers import compose_cfg
+from helpers import TINY, compose_cfg
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,8 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         data.write_text('{"question": "q", "answer": "<<1+1=2>>2\\n#### 2"}\n')
         overrides = [*overrides, f"data.source.path={data}"]
     cfg = compose_cfg(tmp_path, overrides)
-    _, selection = rollout_settings(cfg.rollout)
+    rollout_settings(cfg.rollout)
+    selection = cfg.rollout.selector
     instantiate(selection, prompt_pool=lambda *a, **k: [])
     instantiate(cfg.algo, _convert_="all")
     assert len(instantiate(cfg.reward, _convert_="all").functions) >= 1
@@ -130,3 +131,17 @@ def test_the_default_budget_fits_every_easy_and_medium_solution(tmp_path):
         assert n == len(r.solution)  # one token per character
         longest = max(longest, n + 1)  # + EOS
     assert 40 <= longest <= budget, (longest, budget)
+
+
+def test_the_module_is_one_instantiate_of_its_config_and_a_stage_swaps_by_config(tmp_path):
+    from grpo_aug.models.module import GRPOModule
+    from grpo_aug.update import PolicyUpdate
+
+    cfg = compose_cfg(tmp_path, ["debug=fast", *TINY, "module.update._target_=helpers.SwappedUpdate",
+                                 "algo.clip_eps_high=0.28", "rollout.group_size=4"])
+    module, datamodule, _ = build_parts(cfg)
+    assert isinstance(module, GRPOModule) and type(module.update).__name__ == "SwappedUpdate"
+    assert isinstance(module.update, PolicyUpdate) and module.update.algo.clip_eps_high == 0.28
+    # the stages hold the run's objects: the DataModule's history and schedule, the rollout's settings
+    assert module.feed.history is datamodule.history and module.feed.schedule is datamodule.schedule
+    assert module.rollout.settings.group_size == 4 and module.rollout.prompt_pool == datamodule.draw_prompts

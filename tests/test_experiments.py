@@ -25,7 +25,7 @@ def test_the_experiments_the_readme_lists_exist():
 
 def _settings(tmp_path, name):
     cfg = compose_cfg(tmp_path, [f"experiment={name}"])
-    return cfg, instantiate(cfg.algo, _convert_="all"), rollout_settings(cfg.rollout)[0]
+    return cfg, instantiate(cfg.algo, _convert_="all"), rollout_settings(cfg.rollout)
 
 
 def test_each_experiment_composes_to_its_recipe(tmp_path):

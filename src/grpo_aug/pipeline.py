@@ -14,27 +14,21 @@ import warnings
 from pathlib import Path
 
 import lightning as L
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_aug.callbacks import SampleHealth
-from grpo_aug.models.evaluation import HeldoutAccuracy
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
-from grpo_aug.models.optimization import Optimization
-from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.sharding import full_state_dict
 from grpo_aug.models.warmup import supervised_warmup
-from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.pass_rate import retier_by_pass_rate
-from grpo_aug.prompts.selection import PromptSelection
 from grpo_aug.resume import latest_checkpoint, read_checkpoint
-from grpo_aug.rollout.groups import GroupRollout
 from grpo_aug.rollout.settings import RolloutSettings
-from grpo_aug.update.policy_update import PolicyUpdate
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +43,20 @@ def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int) -> s
     return str(path)
 
 
+def instantiate_unwrapped(node: DictConfig, **kwargs):
+    """instantiate, but a config error raised inside a nested target surfaces as itself (the
+    ValueError naming its key), not wrapped in Hydra's InstantiationException per level."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        while isinstance(cause, InstantiationException):
+            cause = cause.__cause__
+        if isinstance(cause, ValueError):
+            raise cause from None
+        raise
+
+
 def check_run(cfg: DictConfig) -> None:
     """The run-level numbers that no settings class owns: the optimizer's lr (a partial until the
     parameters exist) and the run length."""
@@ -60,12 +68,14 @@ def check_run(cfg: DictConfig) -> None:
         raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
 
 
-def rollout_settings(node: DictConfig) -> tuple[RolloutSettings, DictConfig | None]:
-    """The rollout settings, and the prompt selection node (`rollout/selector`) kept apart: it is
-    built later, with the DataModule's history and prompt pool. The engine node is built apart too."""
-    selection = node.get("selector")
-    settings = OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect")])
-    return instantiate(settings), selection
+def settings_node(node: DictConfig) -> DictConfig:
+    """The rollout group without its nodes that build objects of their own: the prompt selection
+    (`rollout/selector`, the feed's), the engine and the reflection."""
+    return OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect")])
+
+
+def rollout_settings(node: DictConfig) -> RolloutSettings:
+    return instantiate(settings_node(node))
 
 
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
@@ -73,7 +83,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     # settings first: a bad value fails here, before any data or model is loaded
     check_run(cfg)
     model = instantiate(cfg.model)
-    evaluation = instantiate(cfg.eval)
+    instantiate(cfg.eval)  # checked here; the module builds its own
     weights = None
     if str(model.name_or_path).endswith(".ckpt"):  # a training checkpoint: its base model, then its weights
         base, weights = checkpoint_policy(model.name_or_path)
@@ -81,7 +91,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     if model.lora.merge_on_save and "FSDP2Strategy" in str(cfg.trainer.get("strategy")):
         raise ValueError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
                          "whole model on one rank): merge the saved adapter afterwards (policy/ holds it)")
-    rollout, selection_cfg = rollout_settings(cfg.rollout)
+    rollout = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
     answer = instantiate(cfg.answer, _convert_="all")
@@ -93,23 +103,17 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
                              updates_per_batch=algo.updates_per_rollout)
     datamodule.setup("fit")
-    selection = PromptSelection(answer=answer)
-    if selection_cfg is not None:
-        selection = instantiate(selection_cfg, history=datamodule.history, prompt_pool=datamodule.draw_prompts,
-                                seed=cfg.seed, answer=answer)
 
     path = prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
-    module = GRPOModule(
-        policy=PolicyModels(path, model.dtype, model.lora, model.gradient_checkpointing),
-        feed=PromptFeed(selection, datamodule.schedule, datamodule.total_steps),
-        rollout=GroupRollout(rollout, reward, instantiate(cfg.rollout.engine) if cfg.rollout.get("engine") else None,
-                             instantiate(cfg.rollout.reflect, _convert_="all") if cfg.rollout.get("reflect") else None,
-                             algo.overlong_buffer, algo.overlong_penalty, datamodule.prompt_format,
-                             datamodule.draw_prompts, cfg.seed),
-        update=PolicyUpdate(algo, reward.winsorize),
-        optimization=Optimization(model.optimizer, model.lr_warmup_steps, model.lr_final_ratio),
-        evaluation=HeldoutAccuracy(answer, evaluation, model.eval_max_new_tokens),
-    )
+    # the run-time pieces go in as objects; the rollout settings as their config (a dataclass object
+    # would be turned into a config by the merge)
+    module = instantiate_unwrapped(
+        cfg.module, policy={"name_or_path": path},
+        feed={"selection": {"history": datamodule.history, "prompt_pool": datamodule.draw_prompts, "seed": cfg.seed,
+                            "answer": answer},
+              "schedule": datamodule.schedule, "total_steps": datamodule.total_steps},
+        rollout={"settings": settings_node(cfg.rollout), "reward": reward, "prompt_format": datamodule.prompt_format,
+                 "prompt_pool": datamodule.draw_prompts})
     if weights is not None:
         module.configure_model()
         module.policy.load_state_dict(weights)
