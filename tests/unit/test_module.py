@@ -359,13 +359,13 @@ def test_lr_factor_ramps_then_decays_linearly_to_the_final_share():
 
 def test_oversampled_step_keeps_the_max_variance_rows_and_records_the_history(tiny_model_dir):
     from grpo_aug.prompts.history import PromptHistory
-    from grpo_aug.prompts.predictors import HistorySelector
+    from grpo_aug.prompts.predictors import HistoryPredictor
     from grpo_aug.prompts.selection import PromptSelection
 
     history = PromptHistory()
     m = make_module(tiny_model_dir, ById([p.id for p in EASY[:2]]),
                     RolloutSettings(group_size=4, temperatures=(0.7, 1.5), max_new_tokens=6, oversample=3),
-                    selection=PromptSelection(HistorySelector(), history, lambda *a, **k: [], seed=0))
+                    selection=PromptSelection(HistoryPredictor(), history, lambda *a, **k: [], seed=0))
     m.configure_model()
     step = prepared(m, EASY[:3])
     s = step.sampled

@@ -8,7 +8,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
-from grpo_aug.prompts.predictors import HistorySelector, LearnedSelector, NoSelector, features
+from grpo_aug.prompts.predictors import HistoryPredictor, LearnedPredictor, NoPredictor, features
 from grpo_aug.prompts.selection import Gathered, Picked, PromptSelection, RankedSelection
 
 
@@ -30,7 +30,7 @@ class Pool:
 
 
 def test_history_selector_probabilities_by_hand():
-    s = HistorySelector(decay=0.5, explore=0.1)
+    s = HistoryPredictor(decay=0.5, explore=0.1)
     assert s.skip_probability(10, "easy", None, 0) == 0.0
     assert s.skip_probability(10, "easy", PromptRecord(attempts=3, flat_streak=0), 0) == 0.0
     assert s.skip_probability(10, "easy", PromptRecord(attempts=1, flat_streak=1), 0) == 0.5
@@ -47,7 +47,7 @@ def test_pick_skips_by_seeded_draws_and_replaces_from_the_bucket():
     batch = _prompts(8)
     history.start({p.id: p.bucket for p in batch + POOL})
     history.observe(0, [Outcome(p.id, 0.0, True, "easy") for p in batch for _ in range(3)])  # streak 3
-    sel = _selection(HistorySelector(decay=0.5, explore=0.1), history)
+    sel = _selection(HistoryPredictor(decay=0.5, explore=0.1), history)
     picked = sel.pick(batch, step=7)
     # the same rule written out: skip where the (seed, step, id) draw falls under 1 - 0.5^3 = 0.875
     expect_kept = [p.id for p in batch if random.Random(f"0-select-7-{p.id}").random() >= 0.875]
@@ -58,14 +58,14 @@ def test_pick_skips_by_seeded_draws_and_replaces_from_the_bucket():
     assert [p.id for p in picked.prompts[len(expect_kept):]] == [f"r{i}" for i in range(8 - len(expect_kept))]
     assert picked.considered == 8 + 8 - len(expect_kept)
     # another rank (another object, same history, same seed) decides the same for the same prompt
-    assert _selection(HistorySelector(decay=0.5, explore=0.1), history).pick(batch, 7).prompts == picked.prompts
+    assert _selection(HistoryPredictor(decay=0.5, explore=0.1), history).pick(batch, 7).prompts == picked.prompts
 
 
 def test_audits_roll_out_a_share_of_would_be_skips():
     history = PromptHistory()
     batch = _prompts(400)
     history.observe(0, [Outcome(p.id, 1.0, True, "easy") for p in batch for _ in range(20)])
-    picked = _selection(HistorySelector(decay=0.5, explore=0.1), history, audit=0.25, max_rounds=0).pick(batch, 3)
+    picked = _selection(HistoryPredictor(decay=0.5, explore=0.1), history, audit=0.25, max_rounds=0).pick(batch, 3)
     # skip probability 0.9 each, a quarter of those audited: ~0.1 + 0.9 * 0.25 = 0.325 rolled out
     assert 0.25 < len(picked.prompts) / 400 < 0.40
     assert 0.15 < len(picked.audited) / 400 < 0.30
@@ -76,7 +76,7 @@ def test_a_step_never_rolls_out_nothing():
     history = PromptHistory()
     batch = _prompts(1)
     history.observe(0, [Outcome("p0", 1.0, True, "easy")] * 50)
-    sel = PromptSelection(HistorySelector(explore=0.01), history, lambda *a, **k: [], seed=0, audit=0.0)
+    sel = PromptSelection(HistoryPredictor(explore=0.01), history, lambda *a, **k: [], seed=0, audit=0.0)
     for step in range(30):
         picked = sel.pick(batch, step)
         assert [p.id for p in picked.prompts] == ["p0"]
@@ -89,7 +89,7 @@ def test_no_selector_rolls_out_the_batch():
 
 
 def test_learned_selector_one_sgd_step_by_hand():
-    s = LearnedSelector(lr=0.5, l2=0.0, warmup_groups=0)
+    s = LearnedPredictor(lr=0.5, l2=0.0, warmup_groups=0)
     x = features(100, "hard", None, 4)
     s.learn(100, "hard", None, 4, flat=True)
     # from zero weights p = 0.5, so each weight moves by -lr * (0.5 - 1) * x = 0.25 x
@@ -106,7 +106,7 @@ def test_a_likelihood_selector_scores_batch_and_spares_in_one_call_and_reads_the
         calls.append([p.id for p in prompts])
         return [-0.01 if p.id in ("p1", "p3") else -5.0 for p in prompts]  # p1, p3: reference near certain
 
-    class SkipCertain(LearnedSelector):
+    class SkipCertain(LearnedPredictor):
         def flat_probability(self, length, bucket, record, step, reference=None):
             return 1.0 if reference is not None and reference > -0.1 else 0.0
 
@@ -120,7 +120,7 @@ def test_a_likelihood_selector_scores_batch_and_spares_in_one_call_and_reads_the
     # the references reach the learner with the outcomes, on every rank alike
     sampled = _Sampled(picked.prompts, ["A: 1", "A: 1"] * 4, [False, True, True, True])
     seen = []
-    sel.selector.learn = lambda length, bucket, record, step, flat, reference=None: seen.append((flat, reference))
+    sel.predictor.learn = lambda length, bucket, record, step, flat, reference=None: seen.append((flat, reference))
     sel.observe(picked, sampled, 2, rows_per_group=2, gather=lambda x: [x])
     assert seen == [(True, -5.0), (False, -5.0), (False, -5.0), (False, -5.0)]
 
@@ -129,7 +129,7 @@ def test_rank_keeps_the_candidates_least_likely_flat_and_audits_a_share_of_the_s
     batch = _prompts(4)
     q = {"p0": 0.9, "p1": 0.2, "p2": 0.6, "p3": 0.05, "r0": 0.3, "r1": 0.9, "r2": 0.1, "r3": 0.45}
 
-    class ByHand(LearnedSelector):  # the flat probability is what the "likelihood" score hands over
+    class ByHand(LearnedPredictor):  # the flat probability is what the "likelihood" score hands over
         def flat_probability(self, length, bucket, record, step, reference=None):
             return reference
 
@@ -158,7 +158,7 @@ def test_rank_keeps_the_candidates_least_likely_flat_and_audits_a_share_of_the_s
 
 
 def test_learned_selector_learns_flat_from_the_reference_likelihood_of_unseen_prompts():
-    s = LearnedSelector(lr=0.2, warmup_groups=50)
+    s = LearnedPredictor(lr=0.2, warmup_groups=50)
     rng = random.Random(0)
     # never rolled out (no history): only the policy's likelihood of the reference tells them apart;
     # near-certain references and far-out-of-reach ones come out flat, the ones in between do not
@@ -173,7 +173,7 @@ def test_learned_selector_learns_flat_from_the_reference_likelihood_of_unseen_pr
 
 
 def test_learned_selector_learns_which_prompts_come_out_flat():
-    s = LearnedSelector(lr=0.2, warmup_groups=50)
+    s = LearnedPredictor(lr=0.2, warmup_groups=50)
     rng = random.Random(0)
     seen_never_solved = PromptRecord(attempts=2, smoothed_pass=0.0, flat_streak=2, last_seen=0)
     half_solved = PromptRecord(attempts=2, smoothed_pass=0.5, flat_streak=0, last_seen=0)
@@ -185,7 +185,7 @@ def test_learned_selector_learns_which_prompts_come_out_flat():
             s.learn(40, "medium", half_solved, 3, flat=rng.random() < 0.05)
     assert s.flat_probability(40, "medium", seen_never_solved, 3) > 0.8
     assert s.flat_probability(40, "medium", half_solved, 3) < 0.2
-    copy = LearnedSelector()
+    copy = LearnedPredictor()
     copy.load_state_dict(s.state_dict())
     assert copy.flat_probability(40, "medium", half_solved, 3) == s.flat_probability(40, "medium", half_solved, 3)
 
@@ -201,7 +201,7 @@ class _Sampled:
 
 def test_observe_updates_history_from_every_rank_and_counts_the_window():
     history = PromptHistory()
-    sel = _selection(HistorySelector(), history, audit=0.5)
+    sel = _selection(HistoryPredictor(), history, audit=0.5)
     mine = _prompts(2)
     sampled = _Sampled(mine, ["A: 1", "A: 1", "A: 9", "A: 2"], [False, True])  # p0 right twice, p1 right once
     picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5, references={})
@@ -223,4 +223,4 @@ def test_no_selector_still_measures_the_waste():
     mine = _prompts(1)
     sel.observe(Picked(mine, frozenset(), 0, 1, {}), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
     assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0}
-    assert isinstance(sel.selector, NoSelector)
+    assert isinstance(sel.predictor, NoPredictor)

@@ -26,10 +26,10 @@ from grpo_aug.data.records import BUCKETS
 from grpo_aug.prompts.history import PromptRecord
 
 
-class _Selector:
+class _Predictor:
     def __init__(self, explore: float = 0.1) -> None:
         if not 0 < explore <= 1:
-            raise ValueError(f"rollout.selector.explore must be in (0, 1], got {explore}")
+            raise ValueError(f"rollout.selector.predictor.explore must be in (0, 1], got {explore}")
         self.explore = explore
 
     @property
@@ -61,7 +61,7 @@ class _Selector:
         pass
 
 
-class NoSelector(_Selector):
+class NoPredictor(_Predictor):
     def __init__(self) -> None:
         super().__init__(explore=1.0)
 
@@ -73,13 +73,13 @@ class NoSelector(_Selector):
         return 0.0
 
 
-class HistorySelector(_Selector):
+class HistoryPredictor(_Predictor):
     """A prompt seen flat `streak` times in a row is flat again with probability 1 - decay^streak."""
 
     def __init__(self, decay: float = 0.5, explore: float = 0.1) -> None:
         super().__init__(explore)
         if not 0 <= decay < 1:
-            raise ValueError(f"rollout.selector.decay must be in [0, 1), got {decay}")
+            raise ValueError(f"rollout.selector.predictor.decay must be in [0, 1), got {decay}")
         self.decay = decay
 
     def flat_probability(self, length, bucket, record, step, reference=None) -> float:
@@ -115,14 +115,14 @@ def features(length: int, bucket: str, record: PromptRecord | None, step: int,
     ]
 
 
-class LearnedSelector(_Selector):
+class LearnedPredictor(_Predictor):
     """Online logistic regression (one SGD step per rolled-out group, L2-regularised)."""
 
     def __init__(self, lr: float = 0.2, l2: float = 1e-4, warmup_groups: int = 64, explore: float = 0.1,
                  likelihood: bool = True) -> None:
         super().__init__(explore)
         if lr <= 0 or l2 < 0 or warmup_groups < 0:
-            raise ValueError(f"rollout.selector needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
+            raise ValueError(f"rollout.selector.predictor needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
                              f"{warmup_groups}")
         self.lr, self.l2, self.warmup_groups = lr, l2, warmup_groups
         self._likelihood = likelihood

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
-from grpo_aug.prompts.predictors import NoSelector
+from grpo_aug.prompts.predictors import NoPredictor
 from grpo_aug.rewards import AnswerFormat, MathReward
 from grpo_aug.rollout.groups import PromptPool, SampledGroups
 
@@ -71,12 +71,13 @@ class PromptSelection:
             raise ValueError(f"rollout.selector.audit must be in [0, 1), got {audit}")
         if max_rounds < 0:
             raise ValueError(f"rollout.selector.max_rounds must be >= 0, got {max_rounds}")
-        self.selector = predictor or NoSelector()
-        if self.selector.active and prompt_pool is None:
+        self.predictor = predictor or NoPredictor()
+        if self.predictor.active and prompt_pool is None:
             raise ValueError("rollout.selector needs a prompt pool to replace skipped prompts")
         self.history = history or PromptHistory()
         self.pool = prompt_pool
-        self.seed, self.audit, self.max_rounds = seed, audit, max_rounds
+        # spares drawn per batch slot: the replacement rounds here, the ranked pool in RankedSelection
+        self.seed, self.audit, self.spares_per_slot = seed, audit, max_rounds
         self.exact = MathReward(answer=answer)  # the pass rate counts exact answers only
         self.window = dict.fromkeys(("considered", "skipped", "audited", "audited_flat", "passed_flat", "rows",
                                      "flat_rows"), 0)
@@ -85,12 +86,12 @@ class PromptSelection:
     def pick(self, batch: list[Prompt], step: int, score: Score | None = None) -> Picked:
         """The prompts to roll out; `score` measures the policy's likelihood of their references
         (needed by a selector that reads it)."""
-        if not self.selector.active:
+        if not self.predictor.active:
             return Picked(list(batch), frozenset(), 0, len(batch), {})
-        spares = self.pool(batch[0].bucket, len(batch) * self.max_rounds, step, 1, {p.id for p in batch},
-                           purpose="select") if self.max_rounds else []
+        spares = self.pool(batch[0].bucket, len(batch) * self.spares_per_slot, step, 1, {p.id for p in batch},
+                           purpose="select") if self.spares_per_slot else []
         references: dict[str, float] = {}
-        if self.selector.likelihood:
+        if self.predictor.likelihood:
             if score is None:
                 raise ValueError("rollout.selector.predictor.likelihood needs the policy to score references")
             references = dict(zip((p.id for p in [*batch, *spares]), score([*batch, *spares]), strict=True))
@@ -100,7 +101,7 @@ class PromptSelection:
         return Picked(kept, frozenset(audited), skipped, considered, references)
 
     def _skip_probability(self, p: Prompt, step: int, references: dict[str, float]) -> float:
-        return self.selector.skip_probability(len(p.prompt), p.bucket, self.history.get(p.id), step,
+        return self.predictor.skip_probability(len(p.prompt), p.bucket, self.history.get(p.id), step,
                                               references.get(p.id))
 
     def _choose(self, batch: list[Prompt], spares: list[Prompt], step: int, references: dict[str, float]):
@@ -110,7 +111,7 @@ class PromptSelection:
         audited: set[str] = set()
         skipped = considered = 0
         candidates = list(batch)
-        for round_ in range(self.max_rounds + 1):
+        for round_ in range(self.spares_per_slot + 1):
             for p in candidates:
                 considered += 1
                 q = self._skip_probability(p, step, references)
@@ -124,7 +125,7 @@ class PromptSelection:
                 else:
                     skipped += 1
             need = len(batch) - len(kept)
-            if need == 0 or round_ == self.max_rounds or not spares:
+            if need == 0 or round_ == self.spares_per_slot or not spares:
                 break
             candidates, spares = spares[:need], spares[need:]
         return kept, audited, skipped, considered
@@ -154,7 +155,7 @@ class PromptSelection:
             self.window["considered"] += considered
         for o in outcomes:
             record: PromptRecord | None = self.history.get(o.prompt_id)
-            self.selector.learn(o.length, o.bucket, record, step, o.flat, o.reference)
+            self.predictor.learn(o.length, o.bucket, record, step, o.flat, o.reference)
             self.window["rows"] += o.rows
             self.window["flat_rows"] += o.rows * o.flat
             if o.audited:
@@ -170,7 +171,7 @@ class PromptSelection:
         values = {"rollout/tokens_total": float(self.tokens_total)}
         if w["rows"]:
             values["rollout/flat_rows_frac"] = w["flat_rows"] / w["rows"]
-        if self.selector.active:
+        if self.predictor.active:
             values["selector/skip_frac"] = w["skipped"] / max(w["considered"], 1)
             if w["audited"]:
                 precision = w["audited_flat"] / w["audited"]
@@ -182,10 +183,10 @@ class PromptSelection:
         return values
 
     def state_dict(self) -> dict:
-        return {"selector": self.selector.state_dict(), "window": dict(self.window), "tokens_total": self.tokens_total}
+        return {"selector": self.predictor.state_dict(), "window": dict(self.window), "tokens_total": self.tokens_total}
 
     def load_state_dict(self, state: dict) -> None:
-        self.selector.load_state_dict(state["selector"])
+        self.predictor.load_state_dict(state["selector"])
         self.window = dict(state["window"])
         self.tokens_total = int(state["tokens_total"])
 
@@ -205,7 +206,7 @@ class RankedSelection(PromptSelection):
                  max_flat: float = 0.5) -> None:
         if spares < 0:
             raise ValueError(f"rollout.selector.spares must be >= 0, got {spares}")
-        super().__init__(predictor, history, prompt_pool, seed, audit, spares, answer)  # max_rounds: spares per slot
+        super().__init__(predictor, history, prompt_pool, seed, audit, spares, answer)
         if not 0 < max_flat <= 1:
             raise ValueError(f"rollout.selector.max_flat must be in (0, 1], got {max_flat}")
         self.max_flat = max_flat
