@@ -24,7 +24,7 @@ from grpo_aug.models.evaluation import HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.policy import PolicyModels
-from grpo_aug.models.run_counts import RunCounts, RunStream
+from grpo_aug.models.run_counts import RunCounts
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.datamodule import PaddingBatch
@@ -57,9 +57,6 @@ class GRPOModule(L.LightningModule):
         self.rollout.bind(self.tokenizer, self.name_or_path)
         self.feed.bind(self.tokenizer, self.rollout.prompt_format, self.rollout.settings.max_new_tokens, ranks)
         self.update.bind(self.tokenizer, ranks)
-        # the rollout's own random stream: checkpointed, and untouched by anything else that draws
-        # (dataloader workers, evaluation), so a resumed run samples what an uninterrupted one does
-        self.stream = RunStream(rollout.seed)
         self.policy: torch.nn.Module | None = None
         self.counts = RunCounts()  # failed reward calls and skipped updates, this run
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
@@ -116,17 +113,17 @@ class GRPOModule(L.LightningModule):
     @property
     def generator(self) -> torch.Generator:
         rank = self.global_rank if self._trainer is not None else 0
-        return self.stream.get(next(self.policy.parameters()).device, rank)
+        return self.rollout.generator(next(self.policy.parameters()).device, rank)
 
     def on_train_start(self) -> None:
         self.logged_window = self.global_step // self.trainer.log_every_n_steps
-        self.stream.restore(next(self.policy.parameters()).device, self.global_rank)
+        self.rollout.restore(next(self.policy.parameters()).device, self.global_rank)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.models.saved(checkpoint.get("state_dict", {}))
         checkpoint["run_state"] = {
-            "rng": self.stream.state(next(self.policy.parameters()).device, self.global_rank),
             **self.counts.state_dict(),
+            "rollout": self.rollout.state_dict(next(self.policy.parameters()).device, self.global_rank),
             "feed": self.feed.state_dict(),  # the same on every rank
             "update": self.update.state_dict(),
         }
@@ -138,7 +135,7 @@ class GRPOModule(L.LightningModule):
             self.counts.load_state_dict(state)
             self.feed.load_state_dict(state["feed"])
             self.update.load_state_dict(state["update"])
-            self.stream.restored = state["rng"]
+            self.rollout.load_state_dict(state["rollout"])
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
     def training_step(self, batch: list[Prompt], batch_idx: int) -> dict:

@@ -1,17 +1,10 @@
-"""What a run carries besides its weights, kept in checkpoints so that a resumed run continues
-the interrupted one: what it has survived so far (reward calls that raised or hung, skipped
-updates), and the rollout's own random stream, untouched by anything else that draws (dataloader
-workers, evaluation), so a resumed run samples what an uninterrupted one does."""
+"""What a run has survived so far (reward calls that raised or hung, skipped updates), kept in
+checkpoints so that a resumed run continues the interrupted one's counts."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-
-import torch
-
-from grpo_aug.distributed import gather_per_rank
-from grpo_aug.resume import capture_rng, own_entry, restore_rng
 
 
 class NonFiniteTraining(RuntimeError):
@@ -51,28 +44,3 @@ class RunCounts:
         self.reward_errors = Counter(state["reward_errors"])
         self.reward_timeouts = Counter(state["reward_timeouts"])
         self.skipped_total, self.consecutive_skipped = state["skipped_total"], state["consecutive_skipped"]
-
-
-class RunStream:
-    """The rollout's random generator: one per rank, seeded by (seed, rank), restored on resume."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.generator: torch.Generator | None = None
-        self.restored: dict | None = None  # this rank's entry from a checkpoint, applied at train start
-
-    def get(self, device: torch.device, rank: int) -> torch.Generator:
-        if self.generator is None:
-            self.generator = torch.Generator(device=device).manual_seed(self.seed * 100_003 + rank)
-        return self.generator
-
-    def state(self, device: torch.device, rank: int) -> list:
-        return gather_per_rank(capture_rng(self.get(device, rank)))  # every rank calls this: it gathers
-
-    def restore(self, device: torch.device, rank: int) -> None:
-        """Late, at train start: Lightning draws from the global stream while setting up."""
-        if self.restored is not None:
-            rng = own_entry(self.restored, "random streams")
-            if rng is not None:
-                restore_rng(rng, self.get(device, rank))
-            self.restored = None

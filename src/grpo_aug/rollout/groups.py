@@ -26,6 +26,7 @@ from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.rollout.stream import RolloutStream
 from grpo_aug.rollout.types import Rollout
 
 PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
@@ -91,6 +92,7 @@ class GroupRollout:
         self.prompt_format = prompt_format or PlainPrompt()
         self.prompt_pool = prompt_pool
         self.seed = seed
+        self.stream = RolloutStream(seed)
         self.tokenizer = None
         # under sharded weights: (this rank's flag) -> is it true on any rank; None: ranks decide alone
         self.any_rank: Callable[[bool], bool] | None = None
@@ -99,6 +101,20 @@ class GroupRollout:
         """The run's tokenizer; the prompt format checks the model's chat template against it."""
         self.tokenizer = tokenizer
         self.prompt_format = self.prompt_format.bind(tokenizer, name_or_path)
+
+    def generator(self, device: torch.device, rank: int) -> torch.Generator:
+        return self.stream.get(device, rank)
+
+    def state_dict(self, device: torch.device, rank: int) -> dict:
+        """Every rank's random stream (a collective: every rank calls it)."""
+        return {"rng": self.stream.state(device, rank)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stream.restored = state["rng"]  # applied by restore() at train start
+
+    def restore(self, device: torch.device, rank: int) -> None:
+        """Late, at train start: Lightning draws from the global stream while setting up."""
+        self.stream.restore(device, rank)
 
     @property
     def temperatures(self) -> tuple[float, ...]:
