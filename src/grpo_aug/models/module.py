@@ -48,6 +48,8 @@ class GRPOModule(L.LightningModule):
         self.models, self.feed, self.rollout, self.update = policy, feed, rollout, update
         self.optimization = optimization
         self.name_or_path = policy.name_or_path
+        # the update decides what the policy must provide: a frozen reference only when beta is
+        # ever > 0, the lean forward unless algo.lean=false
         self.models.keep_reference = update.algo.needs_reference
         self.models.lean = update.algo.lean
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
