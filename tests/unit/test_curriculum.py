@@ -184,3 +184,46 @@ def test_bandit_rejects_bad_values():
         BanditSchedule(initial={"easy": 0.5}, explore=0.0)
     with pytest.raises(ValueError, match="curriculum.temperature must be > 0"):
         BanditSchedule(initial={"easy": 0.5}, temperature=0.0)
+
+
+def test_the_feed_gives_the_schedule_the_step_s_rank_mean_reward_and_informative_share():
+    from types import SimpleNamespace
+
+    import torch
+
+    from grpo_aug.data.records import Prompt
+    from grpo_aug.prompts import PromptFeed
+
+    class Schedule:
+        def __init__(self):
+            self.seen = []
+
+        def weights(self, step, total):
+            return {"easy": 0.2, "medium": 0.7, "hard": 0.1}
+
+        def observe(self, step, bucket, reward, informative):
+            self.seen.append((step, bucket, reward, informative))
+
+    class Selection:  # the history and selector are tested on their own
+        def observe(self, *args):
+            pass
+
+    class OtherRank:  # a second rank whose step gave reward 0.0 and informative share 1.0
+        def reduce(self, values, op):
+            assert op == "mean"
+            return (values + torch.tensor([0.0, 1.0])) / 2
+
+    schedule = Schedule()
+    feed = PromptFeed(Selection(), schedule, total_steps=10)
+    feed.ranks = OtherRank()
+    # three medium groups of 4; the third has one unscorable row (reward stored as 0, not counted)
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    scored = torch.ones(3, 4, dtype=torch.bool)
+    scored[2, 1] = False
+    prompt = Prompt("m", "What is 2 + 3 * 4?", "p", "14", "", "medium")
+    sampled = SimpleNamespace(prompts=[prompt] * 3, rewards=rewards, scored=scored, valid=scored)
+    values = feed.observe(None, sampled, rollout_step=7, rows_per_prompt=4)
+    # by hand: counted rewards 1+0+0+0 + 4 + 0+0+0 = 5 over 11 rows; one group of three has spread
+    assert schedule.seen == [(7, "medium", pytest.approx((5 / 11 + 0.0) / 2), pytest.approx((1 / 3 + 1.0) / 2))]
+    assert values == {"curriculum/weight/easy": 0.2, "curriculum/weight/medium": 0.7,
+                      "curriculum/weight/hard": 0.1, "curriculum/bucket": 1.0}

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.distributed import Ranks, rank_any
+from grpo_aug.distributed import Ranks
 from grpo_aug.lean.decode import sharded
 from grpo_aug.models.evaluation import HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_tokenizer
@@ -55,10 +55,10 @@ class GRPOModule(L.LightningModule):
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
         self.strict_loading = not self.models.lora.active
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong
-        ranks = Ranks(self)
+        self.ranks = Ranks(self)
         self.rollout.bind(self.tokenizer, self.name_or_path)
-        self.feed.bind(self.tokenizer, self.rollout.prompt_format, self.rollout.settings.max_new_tokens, ranks)
-        self.update.bind(self.tokenizer, ranks)
+        self.feed.bind(self.tokenizer, self.rollout.prompt_format, self.rollout.settings.max_new_tokens, self.ranks)
+        self.update.bind(self.tokenizer, self.ranks)
         self.policy: torch.nn.Module | None = None
         self.counts = RunCounts()  # failed reward calls and skipped updates, this run
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
@@ -110,7 +110,7 @@ class GRPOModule(L.LightningModule):
     def _vote_if_sharded(self) -> None:
         """Under sharded weights every forward is a collective: ranks decide decode steps and refill
         rounds together."""
-        self.rollout.any_rank = (lambda flag: rank_any(self, flag)) if sharded(self.policy) else None
+        self.rollout.any_rank = self.ranks.any if sharded(self.policy) else None
 
     @property
     def generator(self) -> torch.Generator:
