@@ -33,6 +33,11 @@ from grpo_aug.update.step import PreparedStep
 log = logging.getLogger(__name__)
 
 
+def group_rows(groups: torch.Tensor, G: int) -> torch.Tensor:
+    """[b*G] row indices of the groups `groups` ([b]), rows being laid out group after group."""
+    return (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)
+
+
 class OptimizerHandle(NamedTuple):
     """What the module lends an update: its optimizer and schedule, Lightning's backward (mixed
     precision, strategies) and the step number for messages."""
@@ -75,7 +80,7 @@ class PolicyUpdate:
         keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
         groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
-        rows = (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)  # [B*G]
+        rows = group_rows(groups, G)  # [B*G]
         ro = sampled.rollout if len(groups) == len(keep) else select_rows(sampled.rollout, rows)
 
         # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
@@ -135,7 +140,7 @@ class PolicyUpdate:
         G = step.valid.shape[1]
         device = ro.input_ids.device
         opt.optimizer.zero_grad()
-        rows = (groups[:, None] * G + torch.arange(G)).reshape(-1).to(device)  # [b*G]
+        rows = group_rows(groups, G).to(device)  # [b*G]
         total_tokens = step.mask[rows].sum()
         aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
         chunk_loss = functools.partial(chunk_loss_lib.chunk_loss, policy, self.scorer, self.objective,
