@@ -51,16 +51,34 @@ def test_synthetic_solutions_compute_the_question():
 def test_synthetic_tiers_use_their_operations_and_operand_ranges():
     seen = {b: set() for b in ("easy", "medium", "hard")}
     for r in SyntheticArithmetic(size_per_bucket=300, seed=1).load():
-        steps = STEP.findall(r.solution)
-        for i, (_, op, b, _, _) in enumerate(steps):
+        for i, (_, op, b, _, _) in enumerate(STEP.findall(r.solution)):
             seen[r.bucket].add(op)
-            if r.bucket in ("easy", "medium"):
-                assert 0 <= int(b) <= 9, (r.question, i)  # every later operand is a single digit
-            elif op == "*":
-                assert 2 <= int(b) <= 9, r.question
-            else:
-                assert 0 <= int(b) <= 99, r.question
-    assert seen == {"easy": {"+"}, "medium": {"+", "-"}, "hard": {"+", "-", "*"}}
+            assert 0 <= int(b) <= 9, (r.question, i)  # every later operand is a single digit
+    assert seen == {"easy": {"+"}, "medium": {"+", "-"}, "hard": {"+", "-"}}
+
+
+def test_synthetic_tiers_are_configurable_and_checked():
+    # two-digit operands and products in hard, easy and medium as they were
+    tiers = {"hard": {"ops": "+-*", "operand": None}}
+    records = SyntheticArithmetic(size_per_bucket=300, seed=1, tiers=tiers).load()
+    default = SyntheticArithmetic(size_per_bucket=300, seed=1).load()
+    assert [r for r in records if r.bucket != "hard"] == [r for r in default if r.bucket != "hard"]
+    ops, operands = set(), []
+    for r in records:
+        if r.bucket == "hard":
+            for _, op, b, _, _ in STEP.findall(r.solution):
+                ops.add(op)
+                operands.append(int(b))
+                assert 2 <= int(b) <= 9 if op == "*" else 0 <= int(b) <= 99
+    assert ops == {"+", "-", "*"} and max(operands) > 9
+    four = SyntheticArithmetic(size_per_bucket=20, seed=0, tiers={"hard": {"steps": 4}}).load()
+    assert {len(STEP.findall(r.solution)) for r in four if r.bucket == "hard"} == {4}
+    with pytest.raises(ValueError, match=r"data.source.tiers.hard.ops must be .* got '\+/'"):
+        SyntheticArithmetic(tiers={"hard": {"ops": "+/"}})
+    with pytest.raises(ValueError, match=r"data.source.tiers: unknown buckets \['expert'\]"):
+        SyntheticArithmetic(tiers={"expert": {"steps": 4}})
+    with pytest.raises(ValueError, match=r"data.source.tiers.medium.steps must be >= 1, got 0"):
+        SyntheticArithmetic(tiers={"medium": {"steps": 0}})
 
 
 @pytest.mark.skipif(GSM8K is None, reason="GSM8K train.jsonl not found (set GRPO_AUG_GSM8K)")

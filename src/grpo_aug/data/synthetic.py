@@ -2,30 +2,48 @@
 
 easy   "What is 47 + 8?"             one addition of a single digit: <<47+8=55>>55 #### 55
 medium "What is 47 + 8 - 5?"         two steps, each adding or subtracting a single digit
-hard   "What is (47 + 38) * 3 - 12?" three steps, operands up to max_operand, multiplications by 2..9
-Medium composes the easy skill (plus subtraction), so a small model warmed up on easy and medium
-problems is sometimes right on both: the default tiny model starts near 0.2 on medium and GRPO
-has groups with spread beyond the easy tier. Hard stays out of its reach, the data a curriculum
-and a prompt selector have to learn to leave alone.
+hard   "What is 47 + 8 - 5 + 3?"     three such steps
+Each tier composes the one below, so a small model warmed up on easy and medium problems is
+sometimes right on medium (the default tiny model starts near 0.2) and hard is one more step of
+the same skill: the frontier GRPO has to push. `tiers` makes any tier harder: e.g. hard
+{steps: 3, ops: "+-*", operand: null} is "(47 + 38) * 3 - 12" (operands up to max_operand,
+multiplications by 2..9), the hard tier until 2026-12-02, which no run of the 1M-parameter
+default model ever solved (docs/sample-efficiency.md).
 Results are never negative; generation is deterministic by seed.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from grpo_aug.data.records import BUCKETS, Prompt
 
-# bucket: (calculator steps, operations, largest operand after the first; None: max_operand)
-_TIERS = {"easy": (1, "+", 9), "medium": (2, "+-", 9), "hard": (3, "+-*", None)}
+# bucket -> calculator steps, operations, largest operand after the first (None: max_operand)
+TIERS = {"easy": {"steps": 1, "ops": "+", "operand": 9}, "medium": {"steps": 2, "ops": "+-", "operand": 9},
+         "hard": {"steps": 3, "ops": "+-", "operand": 9}}
 
 
 def _apply(op: str, a: int, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
-def _problem(rng: random.Random, bucket: str, max_operand: int) -> tuple[str, list[str], int]:
-    steps, ops, second_max = _TIERS[bucket]
+def _tier(bucket: str, spec: Mapping) -> tuple[int, str, int | None]:
+    unknown = set(spec) - {"steps", "ops", "operand"}
+    if unknown:
+        raise ValueError(f"data.source.tiers.{bucket}: unknown keys {sorted(unknown)} (steps, ops, operand)")
+    steps, ops, operand = int(spec["steps"]), str(spec["ops"]), spec.get("operand")
+    if steps < 1:
+        raise ValueError(f"data.source.tiers.{bucket}.steps must be >= 1, got {steps}")
+    if not ops or set(ops) - set("+-*"):
+        raise ValueError(f"data.source.tiers.{bucket}.ops must be a non-empty string of + - *, got {ops!r}")
+    if operand is not None and int(operand) < 0:
+        raise ValueError(f"data.source.tiers.{bucket}.operand must be >= 0 or null, got {operand}")
+    return steps, ops, None if operand is None else int(operand)
+
+
+def _problem(rng: random.Random, tier: tuple[int, str, int | None], max_operand: int) -> tuple[str, list[str], int]:
+    steps, ops, second_max = tier
     second_max = max_operand if second_max is None else second_max
     value = rng.randint(0, max_operand)
     expression = str(value)
@@ -45,16 +63,21 @@ def _problem(rng: random.Random, bucket: str, max_operand: int) -> tuple[str, li
 
 
 class SyntheticArithmetic:
-    """`size_per_bucket` distinct problems per difficulty bucket, operands in [0, max_operand]."""
+    """`size_per_bucket` distinct problems per difficulty bucket, operands in [0, max_operand];
+    tiers: per bucket, what overrides TIERS (steps, ops, operand)."""
 
     def __init__(self, size_per_bucket: int = 900, max_operand: int = 99, seed: int = 0,
-                 prompt_template: str = "Q: {question}\nA: ") -> None:
+                 prompt_template: str = "Q: {question}\nA: ", tiers: Mapping[str, Mapping] | None = None) -> None:
         if size_per_bucket < 1:
             raise ValueError(f"data.source.size_per_bucket must be >= 1, got {size_per_bucket}")
         self.size_per_bucket = size_per_bucket
         self.max_operand = max_operand
         self.seed = seed
         self.prompt_template = prompt_template
+        unknown = set(tiers or {}) - set(BUCKETS)
+        if unknown:
+            raise ValueError(f"data.source.tiers: unknown buckets {sorted(unknown)}, expected {list(BUCKETS)}")
+        self.tiers = {b: _tier(b, {**TIERS[b], **(tiers or {}).get(b, {})}) for b in BUCKETS}
 
     def load(self, on_bad_row: str = "raise") -> list[Prompt]:  # generated rows are never bad
         records = []
@@ -69,7 +92,7 @@ class SyntheticArithmetic:
                         f"data.source: cannot make {self.size_per_bucket} distinct {bucket} problems "
                         f"with max_operand={self.max_operand}"
                     )
-                expression, lines, answer = _problem(rng, bucket, self.max_operand)
+                expression, lines, answer = _problem(rng, self.tiers[bucket], self.max_operand)
                 question = f"What is {expression}?"
                 if question in seen:
                     continue
