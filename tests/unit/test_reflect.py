@@ -99,10 +99,11 @@ def test_the_update_uses_the_hinted_sampler_log_probs_as_the_ratio_denominator(t
         assert not torch.allclose(lp[mask[i][: done.sum()]], seen["logps"][i][mask[i]], atol=1e-3)
 
 
-def test_a_run_with_reflection_logs_the_reflected_rows(tmp_path):
+@pytest.mark.parametrize("reflect", ["hint", "prefix"])
+def test_a_run_with_reflection_logs_the_reflected_rows(tmp_path, reflect):
     from helpers import TINY, all_finite, read_scalars, train_here
 
-    train_here(tmp_path, ["debug=fast", *TINY, "rollout/reflect=hint", "rollout.filter.zero_std=false"])
+    train_here(tmp_path, ["debug=fast", *TINY, f"rollout/reflect={reflect}", "rollout.filter.zero_std=false"])
     scalars = read_scalars(tmp_path / "run")
     rows = [v for _, v in scalars["rollout/reflected_rows"]]
     assert rows and all(v % 2 == 0 for v in rows) and max(rows) > 0  # 2 rows per reflected group

@@ -81,11 +81,15 @@ class LossMask:
     repeat_max: int = 3
 
     def __call__(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor, truncated: torch.Tensor,
-                 valid: torch.Tensor, piece: Callable[[int], str] | None = None) -> torch.Tensor:
+                 valid: torch.Tensor, piece: Callable[[int], str] | None = None,
+                 given: torch.Tensor | None = None) -> torch.Tensor:
         """[N, T] float mask. completion_ids, completion_mask: [N, T] (padding already 0);
         truncated: [N]; valid: [N] rows that count (near-copies, unscorable, filtered and left-out
-        rows carry no loss)."""
+        rows carry no loss); given: [N, T] tokens the rollout wrote for the policy (a reference
+        prefix), never learned from."""
         mask = completion_mask.float()  # [N, T]
+        if given is not None:
+            mask = mask * (~given).to(mask.dtype)
         if self.mask_truncated:
             mask = truncation_mask(mask, truncated)
         if self.template_patterns or self.repeat_ngram:

@@ -134,10 +134,12 @@ class PromptSelection:
         """This rank's groups as outcomes (refill groups included: they were rolled out too)."""
         G = sampled.rewards.shape[1]
         flat = (~sampled.informative).tolist()
+        # the policy's own success: rows re-sampled with a hint or a reference prefix do not count
+        own = [[True] * G] * len(sampled.prompts) if sampled.reflected is None else (~sampled.reflected).tolist()
         out = []
         for b, p in enumerate(sampled.prompts):
-            texts = sampled.rollout.texts[b * G : (b + 1) * G]
-            rate = sum(self.exact(p, t) for t in texts) / G
+            texts = [t for t, o in zip(sampled.rollout.texts[b * G : (b + 1) * G], own[b], strict=True) if o]
+            rate = sum(self.exact(p, t) for t in texts) / len(texts)
             out.append(Gathered(p.id, len(p.prompt), p.bucket, rate, flat[b], p.id in picked.audited, rows_per_group,
                                 picked.references.get(p.id)))
         return out

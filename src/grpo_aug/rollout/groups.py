@@ -23,6 +23,7 @@ from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
+from grpo_aug.rollout.guide import ReferencePrefix
 from grpo_aug.rollout.merge import concat_rollouts, select_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
@@ -46,7 +47,10 @@ class SampledGroups(NamedTuple):
     std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
     tokens: int  # tokens generated, rows dropped by down-sampling included
     rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
-    hinted: torch.Tensor | None = None  # [n, G] rows re-sampled with a hint (rollout/reflect); None: off
+    hinted: torch.Tensor | None = None  # [n, G] rows re-sampled with a hint in the question (rollout/reflect=hint),
+                                        # trained off-policy; None: off
+    reflected: torch.Tensor | None = None  # [n, G] rows re-sampled for all-wrong groups (hint or reference
+                                           # prefix); None: rollout/reflect=none
 
 
 def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
@@ -67,6 +71,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         tokens=sum(r.tokens for r in rounds),
         rounds=len(rounds),
         hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
+        reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
     )
 
 
@@ -76,7 +81,8 @@ class GroupRollout:
     The adaptive temperature controller moves the ladder through `set_temperatures`."""
 
     def __init__(self, settings: RolloutSettings | None = None, reward: RewardSet | None = None,
-                 engine: HFEngine | VLLMEngine | None = None, reflect: Reflection | NoReflection | None = None,
+                 engine: HFEngine | VLLMEngine | None = None,
+                 reflect: Reflection | ReferencePrefix | NoReflection | None = None,
                  overlong_buffer: int = 0, overlong_penalty: float = 1.0, prompt_format=None,
                  prompt_pool: PromptPool | None = None, seed: int = 0) -> None:
         """prompt_format: record text -> model input text (data/prompt_format), bound to the
@@ -143,13 +149,15 @@ class GroupRollout:
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=self.all_done(), knobs=s.knobs)
         tokens = int(ro.completion_mask.sum())
-        hinted = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
-        if self.reflect.active:  # all-wrong groups: some rows again, with a hint (rollout/reflect.py)
-            def sample(hinted_texts, temps):
-                return self.engine.generate(policy, self.tokenizer, hinted_texts, temps, s.top_p, s.max_new_tokens,
+        reflected = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
+        if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
+            def sample(texts_, temps):
+                return self.engine.generate(policy, self.tokenizer, texts_, temps, s.top_p, s.max_new_tokens,
                                             generator=generator, knobs=s.knobs)
-            ro, hinted = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
-            tokens += int(ro.completion_mask[hinted.to(ro.completion_mask.device)].sum())
+            ro, reflected = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
+        # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
+        own = ro.completion_mask if ro.given is None else ro.completion_mask.masked_fill(ro.given, 0)  # [n*R, T]
+        tokens += int(own[reflected.to(own.device)].sum())
         completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
         ids = chats = None
         if self.reward.batched:  # functions written for TRL also take token ids and the messages seen
@@ -157,7 +165,7 @@ class GroupRollout:
                    zip(ro.input_ids[:, ro.prompt_len :].cpu(), ro.completion_mask.bool().cpu(), strict=True)]
             chats = [self.prompt_format.conversation(p) for p in prompts]
         scores = self.reward.score(prompts, completions, ids, state, chats)  # [n, R]
-        lengths = ro.completion_mask.sum(dim=1)  # [n*R]
+        lengths = own.sum(dim=1)  # [n*R]
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
         distinct = s.dedup(completions).to(device)  # [n, R]
@@ -170,15 +178,17 @@ class GroupRollout:
             rows = (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1)  # [n*G]
             ro = select_rows(ro, rows)
             rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rewards, distinct, kept, scored))
-            hinted = hinted.view(n, R).gather(1, keep.cpu()).reshape(-1)
+            reflected = reflected.view(n, R).gather(1, keep.cpu()).reshape(-1)
             parts = {k: v.gather(1, keep.cpu()) for k, v in parts.items()}
             std_gain = group_stats(rewards, kept & distinct).std - before
         # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
+        reflected = reflected.view(n, G).to(device) if self.reflect.active else None  # [n, G]
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
                              informative_groups(rewards, valid), std_gain, tokens,
-                             hinted=hinted.view(n, G).to(device) if self.reflect.active else None)
+                             hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
+                             reflected=reflected)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], step: int,
                generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:

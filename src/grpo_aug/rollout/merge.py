@@ -30,7 +30,13 @@ def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         truncated=torch.cat([r.truncated for r in parts]),
         sample_logprobs=None if any(r.sample_logprobs is None for r in parts) else torch.cat(
             [torch.nn.functional.pad(r.sample_logprobs, (0, T - r.completion_mask.shape[1])) for r in parts]),
+        given=None if all(r.given is None for r in parts) else torch.cat(
+            [torch.nn.functional.pad(_given(r), (0, T - r.completion_mask.shape[1])) for r in parts]),
     )
+
+
+def _given(ro: Rollout) -> torch.Tensor:
+    return torch.zeros_like(ro.completion_mask, dtype=torch.bool) if ro.given is None else ro.given
 
 
 def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
@@ -45,6 +51,7 @@ def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
         texts=[ro.texts[i] for i in index],
         truncated=ro.truncated[rows],
         sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[rows],
+        given=None if ro.given is None else ro.given[rows],
     )
 
 
@@ -57,4 +64,5 @@ def trim(ro: Rollout) -> Rollout:
     return ro._replace(input_ids=ro.input_ids[:, : ro.prompt_len + t],
                        attention_mask=ro.attention_mask[:, : ro.prompt_len + t],
                        completion_mask=ro.completion_mask[:, :t],
-                       sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[:, :t])
+                       sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[:, :t],
+                       given=None if ro.given is None else ro.given[:, :t])

@@ -38,6 +38,7 @@ class NoReflection:
 
 class Reflection:
     active = True
+    off_policy = True  # sampled under another prompt than the one the update scores them in
 
     def __init__(self, rows: int = 2, hint: str = "first_step", answer: AnswerFormat | None = None) -> None:
         if rows < 1:

@@ -18,3 +18,6 @@ class Rollout(NamedTuple):
     # [N, T] the sampler's log-prob of each sampled token (at the row's temperature, before top-p);
     # None when the engine reports none. The trainer's own log-probs should match it (rollout/logprob_gap)
     sample_logprobs: torch.Tensor | None = None
+    # [N, T] bool completion tokens the rollout wrote, not the policy (a reference prefix,
+    # rollout/guide.py): later tokens are scored after them, they carry no loss. None: none
+    given: torch.Tensor | None = None

@@ -85,7 +85,7 @@ class PolicyUpdate:
 
         # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
         mask = self.loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated, valid[groups],
-                              self.token_text)  # [B*G, T]
+                              self.token_text, ro.given)  # [B*G, T]
 
         # advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]

@@ -83,8 +83,8 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
             values[f"reward/timeouts/{name}"] = torch.tensor(float(reward_timeouts[name]))
     if oversampled:
         values["rollout/oversample_std_gain"] = sampled.std_gain.mean()
-    if sampled.hinted is not None:
-        values["rollout/reflected_rows"] = sampled.hinted.sum().float()
-        if sampled.hinted.any():  # how often the hint led to the right answer
-            values["rollout/reflected_reward_mean"] = sampled.rewards[sampled.hinted].mean()
+    if sampled.reflected is not None:
+        values["rollout/reflected_rows"] = sampled.reflected.sum().float()
+        if sampled.reflected.any():  # how often the hint or the reference prefix led to the right answer
+            values["rollout/reflected_reward_mean"] = sampled.rewards[sampled.reflected].mean()
     return values

@@ -1,0 +1,126 @@
+"""Guided rows for groups the policy cannot solve (`rollout/reflect=prefix`): a start inside the
+reference solution.
+
+A group in which every row is wrong has no reward spread and teaches nothing. For such a group,
+the last `rows` rows are sampled again with the first steps of the prompt's reference solution
+already written at the start of the completion: guided row i gets all of the reference's
+calculation lines but the last `steps_left + i`, and writes those and the answer line itself
+(R^3-style: start near the end, where a policy that can do one step more succeeds). A row whose
+share of the reference would be empty stays as it was.
+
+How they are trained. The given prefix is part of the row's completion, so the rewards read the
+whole solution and every later token is scored after it, but its tokens carry no loss
+(`Rollout.given`, removed by the loss mask): the policy did not write them. The tokens it did
+write were sampled from pi(. | prompt, prefix, earlier tokens), exactly the context the update
+scores them in, so their ratio needs no off-policy correction (unlike a hint in the question,
+rollout/reflect.py, which the update never shows the policy). What a guided row teaches is
+the step after the prefix: a right ending gets a positive advantage against the group's wrong
+rows. The pass rate a prompt's history records counts the unguided rows only.
+
+The prefix is tokenized as the continuation of the formatted prompt; a row whose prompt tokens
+are not a prefix of its guided context's (a tokenizer that merges across the boundary) stays
+unguided, and the count is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import torch
+
+from grpo_aug.answers import AUTO, AnswerFormat
+from grpo_aug.data.records import Prompt
+from grpo_aug.rollout.engine import rollout_from_ids
+from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.types import Rollout
+
+log = logging.getLogger(__name__)
+
+
+def reference_steps(solution: str) -> list[str]:
+    """The calculation lines of a reference solution: every non-empty line before the `####` answer."""
+    head = solution.split("####", 1)[0]
+    return [line for line in head.split("\n") if line.strip()]
+
+
+def prefix_text(solution: str, steps_left: int) -> str | None:
+    """The reference's lines but the last `steps_left`, each ending in a newline; None if none remain."""
+    lines = reference_steps(solution)
+    keep = len(lines) - steps_left
+    return None if keep < 1 else "".join(line + "\n" for line in lines[:keep])
+
+
+class ReferencePrefix:
+    active = True
+    off_policy = False  # the guided tokens were sampled in the context the update scores them in
+
+    def __init__(self, rows: int = 2, steps_left: int = 1, answer: AnswerFormat | None = None) -> None:
+        if rows < 1:
+            raise ValueError(f"rollout.reflect.rows must be >= 1, got {rows}")
+        if steps_left < 1:
+            raise ValueError(f"rollout.reflect.steps_left must be >= 1 (the steps a guided row writes), got "
+                             f"{steps_left}")
+        self.rows, self.steps_left, self.answer = rows, steps_left, answer or AUTO
+        self.unaligned = 0  # rows left unguided: prompt tokens not a prefix of the guided context's
+
+    def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
+              prompts: Sequence[Prompt], ro: Rollout, rows_per_prompt: int, pad_id: int,
+              ) -> tuple[Rollout, torch.Tensor]:
+        """The rollout with the last rows of every all-wrong group replaced by guided rows (their
+        prefix marked in `given`), and which rows those are ([n*R] bool)."""
+        R, k = rows_per_prompt, min(self.rows, rows_per_prompt - 1)  # at least one unguided row stays
+        guided = torch.zeros(len(ro.texts), dtype=torch.bool)
+        targets, texts, prefixes = [], [], []
+        for b, prompt in enumerate(prompts):
+            if any(self.answer.correct(text, prompt.answer) for text in ro.texts[b * R : (b + 1) * R]):
+                continue
+            base = prompt_format([prompt.prompt], [prompt.context])[0]
+            for i in range(k):
+                prefix = prefix_text(prompt.solution, self.steps_left + i)
+                if prefix is None:
+                    break
+                targets.append(b * R + R - 1 - i)  # the group's last row gets the longest prefix
+                texts.append(base + prefix)
+                prefixes.append(prefix)
+        if not targets:
+            return ro, guided
+        index = torch.tensor(targets, device=ro.input_ids.device)
+        fresh = generate(texts, ro.temperatures[index])  # the prefix is the end of each context
+        keep = ro.attention_mask[index, : ro.prompt_len].bool()
+        context = fresh.attention_mask[:, : fresh.prompt_len].bool()
+        done = fresh.completion_mask.bool()
+        rows, prompt_ids, completion_ids, logprobs, given_len, out_texts, finished = [], [], [], [], [], [], []
+        for i, r in enumerate(targets):
+            original = ro.input_ids[r, : ro.prompt_len][keep[i]].tolist()
+            seen = fresh.input_ids[i, : fresh.prompt_len][context[i]].tolist()
+            if seen[: len(original)] != original:
+                self.unaligned += 1
+                if self.unaligned == 1:
+                    log.warning("rollout/reflect=prefix: a prompt's tokens are not a prefix of its guided "
+                                "context's (the tokenizer merges across the boundary); such rows stay unguided")
+                continue
+            given = seen[len(original) :]
+            sampled = fresh.input_ids[i, fresh.prompt_len :][done[i]].tolist()
+            rows.append(r)
+            prompt_ids.append(original)
+            completion_ids.append(given + sampled)
+            logprobs.append([0.0] * len(given) + (fresh.sample_logprobs[i][done[i]].tolist()
+                                                  if fresh.sample_logprobs is not None else [0.0] * len(sampled)))
+            given_len.append(len(given))
+            out_texts.append(prefixes[i] + fresh.texts[i])
+            finished.append(not bool(fresh.truncated[i]))
+        if not rows:
+            return ro, guided
+        at = torch.tensor(rows, device=ro.input_ids.device)
+        spliced = rollout_from_ids(prompt_ids, completion_ids,
+                                   logprobs if ro.sample_logprobs is not None else None,
+                                   ro.temperatures[at], out_texts, finished, pad_id, ro.input_ids.device)
+        T = spliced.completion_mask.shape[1]
+        given = torch.arange(T)[None, :] < torch.tensor(given_len)[:, None]  # [m, T]
+        spliced = spliced._replace(given=given.to(ro.input_ids.device))
+        order = torch.arange(len(ro.texts))
+        order[at.cpu()] = len(ro.texts) + torch.arange(len(rows))
+        guided[at.cpu()] = True
+        merged = concat_rollouts([ro, spliced], pad_id)
+        return select_rows(merged, order.to(ro.input_ids.device)), guided
