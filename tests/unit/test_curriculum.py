@@ -201,17 +201,17 @@ def test_the_feed_gives_the_schedule_the_step_s_rank_mean_reward_and_informative
         def weights(self, step, total):
             return {"easy": 0.2, "medium": 0.7, "hard": 0.1}
 
-        def observe(self, step, bucket, reward, informative):
-            self.seen.append((step, bucket, reward, informative))
+        def observe(self, step, bucket, reward, informative, predicted=None):
+            self.seen.append((step, bucket, reward, informative, predicted))
 
     class Selection:  # the history and selector are tested on their own
         def observe(self, *args):
             pass
 
-    class OtherRank:  # a second rank whose step gave reward 0.0 and informative share 1.0
+    class OtherRank:  # a second rank whose step gave reward 0.0, informative share 1.0, predicted share 0.5
         def reduce(self, values, op):
             assert op == "mean"
-            return (values + torch.tensor([0.0, 1.0])) / 2
+            return (values + torch.tensor([0.0, 1.0, 0.5])) / 2
 
     schedule = Schedule()
     feed = PromptFeed(Selection(), schedule, total_steps=10)
@@ -222,8 +222,22 @@ def test_the_feed_gives_the_schedule_the_step_s_rank_mean_reward_and_informative
     scored[2, 1] = False
     prompt = Prompt("m", "What is 2 + 3 * 4?", "p", "14", "", "medium")
     sampled = SimpleNamespace(prompts=[prompt] * 3, rewards=rewards, scored=scored, valid=scored)
-    values = feed.observe(None, sampled, rollout_step=7, rows_per_prompt=4)
+    picked = SimpleNamespace(flat_predicted=0.25)  # the selector expects a quarter of the candidates flat
+    values = feed.observe(picked, sampled, rollout_step=7, rows_per_prompt=4)
     # by hand: counted rewards 1+0+0+0 + 4 + 0+0+0 = 5 over 11 rows; one group of three has spread
-    assert schedule.seen == [(7, "medium", pytest.approx((5 / 11 + 0.0) / 2), pytest.approx((1 / 3 + 1.0) / 2))]
+    assert schedule.seen == [(7, "medium", pytest.approx((5 / 11 + 0.0) / 2), pytest.approx((1 / 3 + 1.0) / 2),
+                              pytest.approx((0.75 + 0.5) / 2))]
     assert values == {"curriculum/weight/easy": 0.2, "curriculum/weight/medium": 0.7,
-                      "curriculum/weight/hard": 0.1, "curriculum/bucket": 1.0}
+                      "curriculum/weight/hard": 0.1, "curriculum/bucket": 1.0,
+                      "curriculum/predicted_informative": pytest.approx(0.625)}
+
+
+def test_the_bandit_can_value_a_bucket_by_the_predicted_share_of_its_candidates():
+    s = BanditSchedule({"easy": 0.5, "medium": 0.5}, rate=0.2, predicted=True)
+    s.observe(0, "easy", 0.9, 1.0, predicted=0.1)  # groups rolled out all informative, candidates 0.1
+    s.observe(1, "medium", 0.3, 0.5, predicted=None)  # no calibrated prediction yet: the groups' share
+    # by hand: easy 0.5 + 0.2 * (0.1 - 0.5) = 0.42; medium 0.5 + 0.2 * (0.5 - 0.5) = 0.5
+    assert s.values_for(3) == pytest.approx({"easy": 0.42, "medium": 0.5, "hard": 0.0})
+    plain = BanditSchedule({"easy": 0.5, "medium": 0.5}, rate=0.2)
+    plain.observe(0, "easy", 0.9, 1.0, predicted=0.1)  # off: the rolled-out groups' share, 0.5 + 0.2 * 0.5
+    assert plain.values_for(2)["easy"] == pytest.approx(0.6)

@@ -197,6 +197,7 @@ class _Sampled:
         self.rollout = type("R", (), {"texts": texts})()
         self.informative = torch.tensor(informative)
         self.tokens = 7
+        self.reflected = None
 
 
 def test_observe_updates_history_from_every_rank_and_counts_the_window():
@@ -224,3 +225,25 @@ def test_no_selector_still_measures_the_waste():
     sel.observe(Picked(mine, frozenset(), 0, 1, {}), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
     assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0}
     assert isinstance(sel.predictor, NoPredictor)
+
+
+def test_pick_reports_the_mean_flat_probability_of_every_candidate_once_calibrated():
+    class ByLength:  # flat probability 0.02 per prompt character over 20
+        active, likelihood = True, False
+
+        def __init__(self, calibrated):
+            self.calibrated = calibrated
+
+        def flat_probability(self, length, bucket, record, step, reference=None):
+            return 0.02 * (length - 20)
+
+        def skip_probability(self, length, bucket, record, step, reference=None):
+            return 0.0
+
+    batch = _prompts(12)[8:]  # "Q: What is 8 + 1?\nA: " has 21 characters (0.02), "... 10 + 1? ..." 22 (0.04)
+    warm = RankedSelection(ByLength(True), PromptHistory(), Pool(), spares=1).pick(batch, 0)
+    # 4 batch (0.02, 0.02, 0.04, 0.04) + 4 spares r0..r3 (0.02 each)
+    assert warm.flat_predicted == pytest.approx((6 * 0.02 + 2 * 0.04) / 8)
+    cold = RankedSelection(ByLength(False), PromptHistory(), Pool(), spares=1).pick(batch, 0)
+    assert cold.flat_predicted is None
+    assert not LearnedPredictor(warmup_groups=2).calibrated and not HistoryPredictor().calibrated

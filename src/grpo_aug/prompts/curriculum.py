@@ -13,9 +13,12 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               its groups that came out with reward spread, the groups that teach; buckets are drawn
               by softmax(value / temperature) with an exploration floor, so a bucket where every
               group is flat (always solved, or never) is only probed. Same two-step lag.
-Every schedule has observe(step, bucket, reward, informative) (a no-op unless adaptive or bandit;
-the prompt feed calls it after each rollout with the step's mean reward and its share of groups
-with reward spread, both averaged over ranks) and state_dict/load_state_dict.
+              With `predicted`, a bucket's value follows the prompt selector's predicted share of
+              its candidates with spread instead.
+Every schedule has observe(step, bucket, reward, informative, predicted) (a no-op unless adaptive
+or bandit; the prompt feed calls it after each rollout with the step's mean reward, its share of
+groups with reward spread and the selector's predicted share, averaged over ranks) and
+state_dict/load_state_dict.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
 
 
 class _Stateless:
-    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
+    def observe(self, step: int, bucket: str, reward: float, informative: float,
+                predicted: float | None = None) -> None:
         pass
 
     def state_dict(self) -> dict:
@@ -130,12 +134,15 @@ class _Lagged:
             raise RuntimeError(f"curriculum: step {step} needs the {self.what} of step {source}, not observed yet")
         return self.after[source]
 
-    def observe(self, step: int, bucket: str, reward: float, informative: float) -> None:
-        self.after[step] = self._next(self.after.get(step - 1, self.initial), bucket, reward, informative)
+    def observe(self, step: int, bucket: str, reward: float, informative: float,
+                predicted: float | None = None) -> None:
+        """predicted: the share of the bucket's candidates the prompt selector expects to come out
+        with reward spread (None: it has no calibrated prediction yet)."""
+        self.after[step] = self._next(self.after.get(step - 1, self.initial), bucket, reward, informative, predicted)
         for old in [s for s in self.after if s < step - self.LAG]:
             del self.after[old]  # only the last LAG + 1 states are ever read
 
-    def _next(self, before, bucket: str, reward: float, informative: float):
+    def _next(self, before, bucket: str, reward: float, informative: float, predicted: float | None):
         raise NotImplementedError
 
     def buckets_used(self) -> dict[str, str]:
@@ -171,7 +178,8 @@ class AdaptiveSchedule(_Lagged):
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         return difficulty_weights(self.difficulty_for(step))
 
-    def _next(self, before: float, bucket: str, reward: float, informative: float) -> float:
+    def _next(self, before: float, bucket: str, reward: float, informative: float,
+              predicted: float | None) -> float:
         moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
         return min(max(moved, 0.0), len(BUCKETS) - 1.0)
 
@@ -181,10 +189,15 @@ class AdaptiveSchedule(_Lagged):
 
 class BanditSchedule(_Lagged):
     """value[b] <- value[b] + rate * (informative - value[b]) for the bucket b a step drew;
-    weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets)."""
+    weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets).
+
+    predicted: value a bucket by the share of its *candidates* the prompt selector expects to come
+    out with reward spread (once its predictor is calibrated), not by the rolled-out groups: the
+    selector keeps those informative by sifting, so a bucket it has to sift hard looks as good
+    as one it does not."""
 
     def __init__(self, initial: Mapping[str, float], temperature: float = 0.1, rate: float = 0.2,
-                 explore: float = 0.06) -> None:
+                 explore: float = 0.06, predicted: bool = False) -> None:
         for name, v in initial.items():
             if name not in BUCKETS:
                 raise ValueError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
@@ -199,6 +212,7 @@ class BanditSchedule(_Lagged):
                              f"got {explore}")
         super().__init__({b: float(initial.get(b, 0.0)) for b in BUCKETS})
         self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)
+        self.predicted = bool(predicted)
 
     def values_for(self, step: int) -> dict[str, float]:
         return dict(self.state_for(step))
@@ -210,9 +224,11 @@ class BanditSchedule(_Lagged):
         total = sum(exp.values())
         return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
 
-    def _next(self, before: dict[str, float], bucket: str, reward: float, informative: float) -> dict[str, float]:
+    def _next(self, before: dict[str, float], bucket: str, reward: float, informative: float,
+              predicted: float | None) -> dict[str, float]:
         values = dict(before)
-        values[bucket] += self.rate * (informative - values[bucket])
+        seen = predicted if self.predicted and predicted is not None else informative
+        values[bucket] += self.rate * (seen - values[bucket])
         return values
 
     def load_state_dict(self, state: dict) -> None:

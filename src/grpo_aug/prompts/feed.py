@@ -4,11 +4,14 @@ signal, identically on every rank.
 
     curriculum/weight/easy|medium|hard   the schedule's bucket weights for the step just trained
     curriculum/bucket                    the bucket that step drew (0 easy, 1 medium, 2 hard)
+    curriculum/predicted_informative     1 - the selector's mean flat probability over the step's
+                                         candidates (batch and spares), once it is calibrated
     curriculum/moved/<from>_<to>         prompts the online difficulty moved, since the last write
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -61,13 +64,19 @@ class PromptFeed:
         if self.schedule is None:
             return {}
         weights = self.schedule.weights(rollout_step, self.total_steps)
-        bucket = sampled.prompts[0].bucket
-        # averaged over ranks: an adaptive or bandit schedule must move the same way everywhere
-        signal = torch.stack([counted_mean(sampled.rewards, sampled.scored),
-                              informative_share(sampled.rewards, sampled.valid)]).float()  # [2]
-        reward, informative = self.ranks.reduce(signal, "mean").tolist()
-        self.schedule.observe(rollout_step, bucket, reward, informative)
         values = {f"curriculum/weight/{b}": w for b, w in weights.items()}
+        bucket = sampled.prompts[0].bucket
+        # averaged over ranks: an adaptive or bandit schedule must move the same way everywhere; the
+        # predictor's state (calibrated or not) is the same on every rank
+        predicted = float("nan") if picked.flat_predicted is None else 1.0 - picked.flat_predicted
+        signal = torch.stack([counted_mean(sampled.rewards, sampled.scored).float(),
+                              informative_share(sampled.rewards, sampled.valid).float(),
+                              torch.tensor(predicted, device=sampled.rewards.device)])  # [3]
+        reward, informative, predicted = self.ranks.reduce(signal, "mean").tolist()
+        self.schedule.observe(rollout_step, bucket, reward, informative,
+                              predicted=None if math.isnan(predicted) else predicted)
+        if not math.isnan(predicted):
+            values["curriculum/predicted_informative"] = predicted
         values["curriculum/bucket"] = float(BUCKETS.index(bucket))
         return values
 

@@ -41,6 +41,12 @@ class _Predictor:
         """Whether candidates come with the policy's log-probability of their reference."""
         return False
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether flat_probability is a probability learned from outcomes (a curriculum may read
+        it), not a skip rule."""
+        return False
+
     def skip_probability(self, length: int, bucket: str, record: PromptRecord | None, step: int,
                          reference: float | None = None) -> float:
         return min(self.flat_probability(length, bucket, record, step, reference), 1.0 - self.explore)
@@ -137,6 +143,10 @@ class LearnedPredictor(_Predictor):
     @property
     def likelihood(self) -> bool:
         return self._likelihood
+
+    @property
+    def calibrated(self) -> bool:
+        return self.seen >= self.warmup_groups
 
     def flat_probability(self, length, bucket, record, step, reference=None) -> float:
         if self.seen < self.warmup_groups:

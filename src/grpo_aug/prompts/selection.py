@@ -47,6 +47,9 @@ class Picked(NamedTuple):
     skipped: int  # candidates skipped
     considered: int  # candidates screened (the batch and its replacements)
     references: dict[str, float]  # prompt id -> log p(reference solution); empty when the selector does not read it
+    # mean predicted flat probability of every candidate drawn (batch and spares); None: the
+    # predictor is not a calibrated probability yet (or there is none)
+    flat_predicted: float | None = None
 
 
 class Gathered(NamedTuple):
@@ -95,10 +98,16 @@ class PromptSelection:
             if score is None:
                 raise ValueError("rollout.selector.predictor.likelihood needs the policy to score references")
             references = dict(zip((p.id for p in [*batch, *spares]), score([*batch, *spares]), strict=True))
+        flat_predicted = None
+        if self.predictor.calibrated:  # before _choose: learning happens after the rollout, not here
+            everyone = [*batch, *spares]
+            flat_predicted = sum(self.predictor.flat_probability(len(p.prompt), p.bucket, self.history.get(p.id),
+                                                                 step, references.get(p.id))
+                                 for p in everyone) / len(everyone)
         kept, audited, skipped, considered = self._choose(batch, spares, step, references)
         if not kept:  # a step never rolls out nothing: the first prompt goes anyway, as an audit
             kept, audited, skipped = [batch[0]], {batch[0].id}, skipped - 1
-        return Picked(kept, frozenset(audited), skipped, considered, references)
+        return Picked(kept, frozenset(audited), skipped, considered, references, flat_predicted)
 
     def _skip_probability(self, p: Prompt, step: int, references: dict[str, float]) -> float:
         return self.predictor.skip_probability(len(p.prompt), p.bucket, self.history.get(p.id), step,
