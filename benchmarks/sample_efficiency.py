@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from grpo_aug.data.records import BUCKETS  # noqa: E402
 from grpo_aug.eventlog import read_events  # noqa: E402
 
 # every arm but `default` names its curriculum and selector, so that it keeps its meaning when the
@@ -73,7 +74,9 @@ ARMS = {
 
 
 def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "train.py", *overrides, *extra, f"seed={seed}", f"hydra.run.dir={out}"]
+    # evaluations every 25 steps: every arm nears its easy final by step 50
+    cmd = [sys.executable, "train.py", "trainer.val_check_interval=25", *overrides, *extra, f"seed={seed}",
+           f"hydra.run.dir={out}"]
     start = time.time()
     # this tree's source, even when another checkout is installed in editable mode
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -81,27 +84,35 @@ def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dic
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     events = read_events(out)
-    evals = {b: sorted(events.get(f"eval/accuracy/{b}", [])) for b in ("easy", "medium")}
+    evals = {b: sorted(events.get(f"eval/accuracy/{b}", [])) for b in BUCKETS}
     t0 = evals["easy"][0][1]
     logged = sorted((s, v) for s, _, v in events.get("rollout/tokens_total", []))
 
     def tokens_at(step: int) -> float:  # logged every trainer.log_every_n_steps: the latest by then
         return max((v for s, v in logged if s <= step), default=0.0)
 
-    easy = [v for _, _, v in evals["easy"]]
-    flat = [v for s, _, v in events.get("rollout/flat_rows_frac", []) if s > evals["easy"][1][0]]
-    return {
-        "steps": [s for s, _, _ in evals["easy"]],
+    steps = [s for s, _, _ in evals["easy"]]
+    flat = [v for s, _, v in events.get("rollout/flat_rows_frac", []) if s > steps[1]]
+    run = {
+        "steps": steps,
         "seconds": [round(w - t0, 1) for _, w, _ in evals["easy"]],
-        "tokens": [tokens_at(s) for s, _, _ in evals["easy"]],
-        "easy": easy,
-        "medium": [v for _, _, v in evals["medium"]],
-        "final_easy": statistics.mean(easy[-3:]),
-        "final_medium": statistics.mean([v for _, _, v in evals["medium"]][-3:]),
-        "slip": max(easy) - statistics.mean(easy[-3:]),
+        "tokens": [tokens_at(s) for s in steps],
         "flat_rows_frac": statistics.mean(flat) if flat else None,
         "wall_s": round(time.time() - start, 1),
     }
+    for b in BUCKETS:
+        curve = [v for _, _, v in evals[b]]
+        run[b] = curve
+        run[f"final_{b}"] = statistics.mean(curve[-3:])
+        run[f"auc_{b}"] = area(steps, curve)
+        run[f"slip_{b}"] = max(curve) - statistics.mean(curve[-3:])
+    return run
+
+
+def area(steps: list[int], curve: list[float]) -> float:
+    """Area under the held-out accuracy curve over the run's steps (trapezoids), as a mean accuracy."""
+    total = sum((b - a) * (x + y) / 2 for a, b, x, y in zip(steps, steps[1:], curve, curve[1:]))
+    return total / max(steps[-1] - steps[0], 1)
 
 
 def reach(run: dict, target: float, bucket: str = "easy") -> float | None:
@@ -109,37 +120,44 @@ def reach(run: dict, target: float, bucket: str = "easy") -> float | None:
     return next((s for s, a in zip(run["seconds"], run[bucket], strict=True) if a >= target), None)
 
 
+def _per_seed(values, fmt: str) -> str:
+    return " / ".join(v if isinstance(v, str) else format(v, fmt) for v in values)
+
+
 def table(results: dict, seeds: list[int]) -> str:
-    lines = ["| arm | easy final (per seed) | gain | slip (max) | medium final | flat_rows_frac | "
-             "s to plain's final (x plain's s) | tokens to it (x plain's) | s to plain's medium final (x) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    """Per bucket: final, gain, AUC, slip, seconds and tokens to the plain arm's final (x plain's
+    run); then flat rows, run seconds and tokens per arm."""
+    out = []
+    for b in BUCKETS:
+        out += [f"**{b}**", "", "| arm | final (per seed) | gain | AUC | slip (max) | s to plain's final (x plain's s) | "
+                "tokens to it (x plain's) |", "|---|---|---|---|---|---|---|"]
+        for arm, runs in results.items():
+            ratios, token_ratios = [], []
+            for s in seeds:
+                plain = results.get("plain", {}).get(s)
+                if plain is None:
+                    continue
+                at = reach(runs[s], plain[f"final_{b}"], b)
+                if at is None or plain[f"final_{b}"] <= runs[s][b][0]:  # never, or plain never rose above the start
+                    ratios.append("never" if at is None else "n/a")
+                    token_ratios.append(ratios[-1])
+                else:
+                    i = runs[s]["seconds"].index(at)
+                    ratios.append(at / plain["seconds"][-1])
+                    token_ratios.append(runs[s]["tokens"][i] / max(plain["tokens"][-1], 1))
+            out.append(
+                f"| {arm} | {_per_seed([runs[s][f'final_{b}'] for s in seeds], '.3f')} | "
+                f"{_per_seed([runs[s][f'final_{b}'] - runs[s][b][0] for s in seeds], '+.3f')} | "
+                f"{_per_seed([runs[s][f'auc_{b}'] for s in seeds], '.3f')} | "
+                f"{max(runs[s][f'slip_{b}'] for s in seeds):.3f} | {_per_seed(ratios, '.2f')} | "
+                f"{_per_seed(token_ratios, '.2f')} |")
+        out.append("")
+    out += ["| arm | flat_rows_frac | run s | rollout tokens (M) |", "|---|---|---|---|"]
     for arm, runs in results.items():
-        finals = [runs[s]["final_easy"] for s in seeds]
-        gains = [runs[s]["final_easy"] - runs[s]["easy"][0] for s in seeds]
-        ratios, token_ratios, medium_ratios = [], [], []
-        for s in seeds:
-            plain = results.get("plain", {}).get(s)
-            if plain is None:
-                continue
-            at = reach(runs[s], plain["final_easy"])
-            if at is None:
-                ratios.append("never")
-                token_ratios.append("never")
-            else:
-                i = runs[s]["seconds"].index(at)
-                ratios.append(f"{at / plain['seconds'][-1]:.2f}")
-                token_ratios.append(f"{runs[s]['tokens'][i] / max(plain['tokens'][-1], 1):.2f}")
-            at_medium = reach(runs[s], plain["final_medium"], "medium")
-            medium_ratios.append("never" if at_medium is None else f"{at_medium / plain['seconds'][-1]:.2f}")
-        mediums = [runs[s]["final_medium"] for s in seeds]
         flats = [runs[s]["flat_rows_frac"] for s in seeds if runs[s]["flat_rows_frac"] is not None]
-        lines.append(
-            f"| {arm} | {' / '.join(f'{f:.3f}' for f in finals)} | {' / '.join(f'{g:+.2f}' for g in gains)} | "
-            f"{max(runs[s]['slip'] for s in seeds):.3f} | "
-            f"{' / '.join(f'{m:.3f}' for m in mediums)} | "
-            f"{' / '.join(f'{f:.2f}' for f in flats)} | {' / '.join(ratios)} | {' / '.join(token_ratios)} | "
-            f"{' / '.join(medium_ratios)} |")
-    return "\n".join(lines)
+        out.append(f"| {arm} | {_per_seed(flats, '.2f')} | {_per_seed([runs[s]['seconds'][-1] for s in seeds], '.0f')} | "
+                   f"{_per_seed([runs[s]['tokens'][-1] / 1e6 for s in seeds], '.2f')} |")
+    return "\n".join(out)
 
 
 def main() -> None:

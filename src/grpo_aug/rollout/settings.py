@@ -18,7 +18,7 @@ class RolloutSettings:
     group_size: int = 8
     temperatures: Sequence[float] = (0.7, 1.0, 1.2, 1.5)
     top_p: float = 0.95
-    max_new_tokens: int = 48
+    max_new_tokens: int = 64
     dedup: NoDedup = field(default_factory=NoDedup)
     filter: GroupFilter = field(default_factory=GroupFilter)
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
