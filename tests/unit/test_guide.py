@@ -32,8 +32,8 @@ def test_prefixes_are_the_reference_lines_but_the_last_steps():
 
 
 def test_all_wrong_groups_get_guided_rows_with_the_prefix_in_the_completion():
-    # group 0 (HARD): every row wrong -> rows 3 and 2 guided (2 and 1 reference lines);
-    # group 1 (EASY): one step only, nothing to give -> left alone although all wrong
+    # group 0 (HARD): every row wrong -> rows 3 and 2 guided (2 and 1 reference lines), row 1 would
+    # write all 3 steps (nothing given: left alone); group 1 (EASY): one step only, nothing to give
     ro = rollout_from_ids([[1, 2]] * 4 + [[3]] * 4, [[7, 9]] * 4 + [[4, 9]] * 4, [[-1.0, -1.0]] * 8,
                           torch.tensor([0.7, 1.0, 1.2, 1.5] * 2), ["#### 11"] * 4 + ["#### 5"] * 4, [True] * 8, 0)
     asked = []
@@ -44,7 +44,7 @@ def test_all_wrong_groups_get_guided_rows_with_the_prefix_in_the_completion():
                                 [[-0.1, -0.2, -0.3], [-0.4, -0.5]], temps, ["<<5+7=12>>12\n#### 12", "x"],
                                 [True, True], 0)
 
-    out, guided = ReferencePrefix(rows=2).apply(generate, PlainPrompt(), [HARD, EASY], ro, 4, pad_id=0)
+    out, guided = ReferencePrefix(steps_left=[1, 2, 3]).apply(generate, PlainPrompt(), [HARD, EASY], ro, 4, pad_id=0)
     texts, temps = asked[0]
     assert texts == [HARD.prompt + "<<21-8=13>>13\n<<13-8=5>>5\n", HARD.prompt + "<<21-8=13>>13\n"]
     assert temps == pytest.approx([1.5, 1.2])  # the replaced rows' own temperature slots
@@ -65,10 +65,10 @@ def test_a_group_with_a_right_row_and_a_misaligned_context_stay_unguided():
     ro = rollout_from_ids([[1, 2]] * 2, [[7, 9], [8, 9]], [[-1.0, -1.0]] * 2, torch.tensor([1.0, 1.0]),
                           ["#### 12", "#### 3"], [True, True], 0)
     called = []
-    out, guided = ReferencePrefix(rows=1).apply(lambda t, s: called.append(t), PlainPrompt(), [HARD], ro, 2, 0)
+    out, guided = ReferencePrefix(steps_left=[1]).apply(lambda t, s: called.append(t), PlainPrompt(), [HARD], ro, 2, 0)
     assert not called and not guided.any() and out is ro
     wrong = ro._replace(texts=["#### 3", "#### 4"])
-    guide = ReferencePrefix(rows=1)
+    guide = ReferencePrefix(steps_left=[1])
 
     def merged(texts, temps):  # the tokenizer merged the prompt's last token with the prefix
         return rollout_from_ids([[1, 5, 20]], [[30, 9]], [[-0.1, -0.2]], temps, ["y"], [True], 0)
@@ -101,7 +101,7 @@ def test_guided_tokens_are_scored_after_the_prefix_with_ratio_one(tiny_model_dir
             and len(r.answer) == 2][:2]
     m = make_module(tiny_model_dir, Never(), RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0,
                                                              max_new_tokens=6, filter=GroupFilter(zero_std=False)),
-                    reflect=ReferencePrefix(rows=2))
+                    reflect=ReferencePrefix())
     m.configure_model()
     torch.manual_seed(0)
     step = prepared(m, hard)  # the untrained model is wrong everywhere: both groups are guided
@@ -149,8 +149,8 @@ def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
     assert PromptSelection().outcomes(Picked([HARD], frozenset(), 0, 1, {}), sampled, 4)[0].pass_rate == 1 / 3
 
 
-@pytest.mark.parametrize("kwargs, message", [(dict(rows=0), "rollout.reflect.rows must be >= 1, got 0"),
-                                             (dict(steps_left=0), r"rollout.reflect.steps_left must be >= 1")])
+@pytest.mark.parametrize("kwargs, message", [(dict(steps_left=[]), r"steps_left must be a non-empty list"),
+                                             (dict(steps_left=[1, 0]), r"steps >= 1 .* got \[1, 0\]")])
 def test_bad_guide_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ReferencePrefix(**kwargs)

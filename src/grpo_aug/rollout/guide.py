@@ -2,11 +2,12 @@
 reference solution.
 
 A group in which every row is wrong has no reward spread and teaches nothing. For such a group,
-the last `rows` rows are sampled again with the first steps of the prompt's reference solution
-already written at the start of the completion: guided row i gets all of the reference's
-calculation lines but the last `steps_left + i`, and writes those and the answer line itself
-(R^3-style: start near the end, where a policy that can do one step more succeeds). A row whose
-share of the reference would be empty stays as it was.
+its last rows are sampled again with the first steps of the prompt's reference solution already
+written at the start of the completion: the group's last row gets all of the reference's
+calculation lines but the last `steps_left[0]`, and writes those and the answer line itself; the
+row before it gets all but the last `steps_left[1]`, and so on (R^3-style: start near the end,
+where a policy that can do one step more succeeds). A row whose share of the reference would be
+empty stays as it was.
 
 How they are trained. The given prefix is part of the row's completion, so the rewards read the
 whole solution and every later token is scored after it, but its tokens carry no loss
@@ -55,13 +56,13 @@ class ReferencePrefix:
     active = True
     off_policy = False  # the guided tokens were sampled in the context the update scores them in
 
-    def __init__(self, rows: int = 2, steps_left: int = 1, answer: AnswerFormat | None = None) -> None:
-        if rows < 1:
-            raise ValueError(f"rollout.reflect.rows must be >= 1, got {rows}")
-        if steps_left < 1:
-            raise ValueError(f"rollout.reflect.steps_left must be >= 1 (the steps a guided row writes), got "
-                             f"{steps_left}")
-        self.rows, self.steps_left, self.answer = rows, steps_left, answer or AUTO
+    def __init__(self, steps_left: Sequence[int] = (1, 2), answer: AnswerFormat | None = None) -> None:
+        """steps_left: per guided row (from the group's last row back), the calculation steps it
+        writes itself; one entry per guided row."""
+        if not steps_left or any(int(k) < 1 for k in steps_left):
+            raise ValueError(f"rollout.reflect.steps_left must be a non-empty list of steps >= 1 (one per guided "
+                             f"row: the steps it writes itself), got {list(steps_left)}")
+        self.steps_left, self.answer = [int(k) for k in steps_left], answer or AUTO
         self.unaligned = 0  # rows left unguided: prompt tokens not a prefix of the guided context's
 
     def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
@@ -69,7 +70,8 @@ class ReferencePrefix:
               ) -> tuple[Rollout, torch.Tensor]:
         """The rollout with the last rows of every all-wrong group replaced by guided rows (their
         prefix marked in `given`), and which rows those are ([n*R] bool)."""
-        R, k = rows_per_prompt, min(self.rows, rows_per_prompt - 1)  # at least one unguided row stays
+        R = rows_per_prompt
+        k = min(len(self.steps_left), R - 1)  # at least one unguided row stays
         guided = torch.zeros(len(ro.texts), dtype=torch.bool)
         targets, texts, prefixes = [], [], []
         for b, prompt in enumerate(prompts):
@@ -77,9 +79,9 @@ class ReferencePrefix:
                 continue
             base = prompt_format([prompt.prompt], [prompt.context])[0]
             for i in range(k):
-                prefix = prefix_text(prompt.solution, self.steps_left + i)
+                prefix = prefix_text(prompt.solution, self.steps_left[i])
                 if prefix is None:
-                    break
+                    continue
                 targets.append(b * R + R - 1 - i)  # the group's last row gets the longest prefix
                 texts.append(base + prefix)
                 prefixes.append(prefix)
