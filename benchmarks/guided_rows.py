@@ -30,7 +30,8 @@ def pass_rate(model, tokenizer, rows: list[tuple[str, str, str]], temperature: f
     torch.manual_seed(0)
     ro = generate(model, tokenizer, [c for c, _, _ in rows], torch.full((len(rows),), temperature), 1.0,
                   max_new_tokens)
-    return sum(AUTO.correct(given + text, answer) for (_, given, answer), text in zip(rows, ro.texts)) / len(rows)
+    return sum(AUTO.correct(given + text, answer)
+               for (_, given, answer), text in zip(rows, ro.texts, strict=True)) / len(rows)
 
 
 def main() -> None:

@@ -111,7 +111,7 @@ def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dic
 
 def area(steps: list[int], curve: list[float]) -> float:
     """Area under the held-out accuracy curve over the run's steps (trapezoids), as a mean accuracy."""
-    total = sum((b - a) * (x + y) / 2 for a, b, x, y in zip(steps, steps[1:], curve, curve[1:]))
+    total = sum((b - a) * (x + y) / 2 for a, b, x, y in zip(steps, steps[1:], curve, curve[1:], strict=False))
     return total / max(steps[-1] - steps[0], 1)
 
 
