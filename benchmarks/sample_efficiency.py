@@ -129,8 +129,8 @@ def table(results: dict, seeds: list[int]) -> str:
     run); then flat rows, run seconds and tokens per arm."""
     out = []
     for b in BUCKETS:
-        out += [f"**{b}**", "", "| arm | final (per seed) | gain | AUC | slip (max) | s to plain's final (x plain's s) | "
-                "tokens to it (x plain's) |", "|---|---|---|---|---|---|---|"]
+        out += [f"**{b}**", "", "| arm | final (per seed) | gain | AUC | slip (max) | "
+                "s to plain's final (x plain's s) | tokens to it (x plain's) |", "|---|---|---|---|---|---|---|"]
         for arm, runs in results.items():
             ratios, token_ratios = [], []
             for s in seeds:
@@ -155,7 +155,8 @@ def table(results: dict, seeds: list[int]) -> str:
     out += ["| arm | flat_rows_frac | run s | rollout tokens (M) |", "|---|---|---|---|"]
     for arm, runs in results.items():
         flats = [runs[s]["flat_rows_frac"] for s in seeds if runs[s]["flat_rows_frac"] is not None]
-        out.append(f"| {arm} | {_per_seed(flats, '.2f')} | {_per_seed([runs[s]['seconds'][-1] for s in seeds], '.0f')} | "
+        seconds = _per_seed([runs[s]["seconds"][-1] for s in seeds], ".0f")
+        out.append(f"| {arm} | {_per_seed(flats, '.2f')} | {seconds} | "
                    f"{_per_seed([runs[s]['tokens'][-1] / 1e6 for s in seeds], '.2f')} |")
     return "\n".join(out)
 
