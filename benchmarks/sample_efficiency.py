@@ -22,11 +22,13 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
               each candidate skipped with its flat probability, 2 replacement rounds
     default   the current default, whatever it is
     default_os2  default + rollout.oversample=2
-Per run: greedy held-out accuracy per bucket at every evaluation (trainer.val_check_interval), the
-training seconds (wall time since the step-0 evaluation) and rollout tokens at each, the final
-accuracy (mean of the last 3 evaluations), the slip (peak minus final), rollout/flat_rows_frac
-after the first evaluation interval, and the seconds to reach the plain arm's final easy (and
-medium) accuracy of the same seed.
+    guided    default + rollout/reflect=prefix (all-wrong groups get rows that start inside the reference)
+    frontier  guided + curriculum.predicted=true (the bandit reads the selector's predicted spread)
+Per run: greedy held-out accuracy per bucket at every evaluation (every 25 steps), the training
+seconds (wall time since the step-0 evaluation) and rollout tokens at each; per bucket the final
+accuracy (mean of the last 3 evaluations), the area under the accuracy curve (as a mean accuracy),
+the slip (peak minus final) and the seconds and tokens to reach the plain arm's final of the same
+seed; rollout/flat_rows_frac after the first evaluation interval.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ ARMS = {
                             "rollout.selector.predictor.likelihood=false"],
     "default": [],
     "default_os2": ["rollout.oversample=2"],
+    "guided": ["rollout/reflect=prefix"],
+    "frontier": ["rollout/reflect=prefix", "curriculum.predicted=true"],
 }
 
 
