@@ -100,8 +100,8 @@ class GRPOModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self.models.place(self.device, self.trainer.strategy)
         if sharded(self.policy) and self.rollout.reflect.active:
-            raise ValueError("rollout/reflect=hint re-samples on some ranks only; it cannot run under sharded "
-                             "weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
+            raise ValueError("rollout/reflect (hint or prefix) re-samples on some ranks only; it cannot run under "
+                             "sharded weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
         self._vote_if_sharded()
 
     def on_validation_start(self) -> None:
