@@ -33,7 +33,7 @@ import torch
 from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
 from grpo_aug.rollout.engine import rollout_from_ids
-from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.merge import replace_rows
 from grpo_aug.rollout.types import Rollout
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,5 @@ class ReferencePrefix:
         T = spliced.completion_mask.shape[1]
         given = torch.arange(T)[None, :] < torch.tensor(given_len)[:, None]  # [m, T]
         spliced = spliced._replace(given=given.to(ro.input_ids.device))
-        order = torch.arange(len(ro.texts))
-        order[at.cpu()] = len(ro.texts) + torch.arange(len(rows))
         guided[at.cpu()] = True
-        merged = concat_rollouts([ro, spliced], pad_id)
-        return select_rows(merged, order.to(ro.input_ids.device)), guided
+        return replace_rows(ro, at, spliced, pad_id), guided

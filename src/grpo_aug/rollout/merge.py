@@ -55,6 +55,13 @@ def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
     )
 
 
+def replace_rows(ro: Rollout, rows: torch.Tensor, fresh: Rollout, pad_id: int) -> Rollout:
+    """`ro` with row rows[i] replaced by fresh row i (shapes re-padded as needed)."""
+    order = torch.arange(len(ro.texts))
+    order[rows.cpu()] = len(ro.texts) + torch.arange(len(rows))
+    return select_rows(concat_rollouts([ro, fresh], pad_id), order.to(ro.input_ids.device))
+
+
 def trim(ro: Rollout) -> Rollout:
     """Drop completion columns in which no row is still generating (padding only)."""
     used = ro.completion_mask.any(dim=0).nonzero()

@@ -26,7 +26,7 @@ from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
 from grpo_aug.mathtext import ANNOTATION
 from grpo_aug.rollout.engine import rollout_from_ids
-from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.merge import replace_rows
 from grpo_aug.rollout.types import Rollout
 
 HINTS = ("first_step", "wrong_answer")
@@ -93,8 +93,5 @@ class Reflection:
             [fresh.input_ids[i, fresh.prompt_len :][done[i]].tolist() for i in range(len(targets))],
             [fresh.sample_logprobs[i][done[i]].tolist() for i in range(len(targets))],
             ro.temperatures[index], fresh.texts, (~fresh.truncated).tolist(), pad_id, ro.input_ids.device)
-        order = torch.arange(len(ro.texts))
-        order[index.cpu()] = len(ro.texts) + torch.arange(len(targets))
         hinted[index.cpu()] = True
-        merged = concat_rollouts([ro, spliced], pad_id)
-        return select_rows(merged, order.to(ro.input_ids.device)), hinted
+        return replace_rows(ro, index, spliced, pad_id), hinted
