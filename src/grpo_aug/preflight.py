@@ -135,8 +135,9 @@ def sample_batches(module, datamodule, batches: int):
             _, sampled, _ = module.sample_groups(batch, step, step)
             rewards.append(sampled.rewards.cpu())  # [B, G]
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
-            lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu())
-            truncated.append(sampled.rollout.truncated.cpu())
+            present = sampled.rows_present.reshape(-1).cpu()  # [B*G] slots a per-prompt budget filled
+            lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu()[present])
+            truncated.append(sampled.rollout.truncated.cpu()[present])
             prompts += sampled.prompts
     return Samples(torch.cat(rewards), torch.cat(counted), torch.cat(lengths), torch.cat(truncated), prompts)
 
@@ -144,8 +145,8 @@ def sample_batches(module, datamodule, batches: int):
 class Samples(NamedTuple):
     rewards: torch.Tensor  # [N, G]
     counted: torch.Tensor  # [N, G] bool, rows that count in their group's statistics
-    lengths: torch.Tensor  # [N*G]
-    truncated: torch.Tensor  # [N*G]
+    lengths: torch.Tensor  # [R] the rows that exist (N*G without a per-prompt budget)
+    truncated: torch.Tensor  # [R]
     prompts: list[Prompt]
 
 

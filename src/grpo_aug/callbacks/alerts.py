@@ -56,7 +56,7 @@ def step_stats(report: StepReport) -> torch.Tensor:
     The std is `group_stats`' (the rows that count, as the advantages see them); mean, min and
     max are over scored rows only (0 when no row was scored)."""
     rewards, scored = report.rewards, report.scored  # [N, G]
-    lengths = report.lengths.float()  # [N*G]
+    lengths = report.lengths.float()  # [R] the rows that exist
     p10, _, p90 = length_quantiles(lengths)
     seen = rewards[scored].double() if bool(scored.any()) else torch.zeros(1, dtype=torch.float64)
     # the share of the update's generated tokens that carry loss: groups left out whole (zero-std

@@ -58,10 +58,10 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
     """
     rewards = report.rewards  # [N, G]
     scored = report.scored  # [N, G]
-    lengths = report.lengths.float()  # [N*G]
+    lengths = report.lengths.float()  # [R] the rows that exist
     update_generated = report.generated_tokens.float()  # by the rows that entered the update
     one = torch.ones((), device=rewards.device)
-    rows = one * rewards.numel()
+    rows = one * report.present.sum()
     stats = group_stats(rewards, report.counted)
     has = stats.has_std  # [N]
     with_std = one * has.sum()
@@ -86,7 +86,7 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
         "health/truncation_rate": (report.truncated.float().mean(), rows),
         "health/completion_length_mean": (lengths.mean(), rows),
         "health/junk_frac": (report.junk_chars / report.completion_chars.clamp(min=1), report.completion_chars),
-        "rollout/unique_ratio": (report.distinct.float().mean(), rows),
+        "rollout/unique_ratio": (report.distinct[report.present].float().mean(), rows),
         "rollout/groups_dropped_frac": ((~report.valid.any(dim=1)).float().mean(), one * rewards.shape[0]),
         "rollout/zero_std_frac": (zero_std, with_std),
     }

@@ -171,7 +171,9 @@ class GRPOModule(L.LightningModule):
         picked = self.feed.pick(batch, rollout_step, self.policy)
         self.rollout.engine.sync(self.policy, step)  # an external engine samples from these weights
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state)
+        s = self.rollout.settings  # rows per prompt: group_size each, or shared out by predicted pass rate
+        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
+        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state, rows)
         curriculum = self.feed.observe(picked, sampled, rollout_step, self.rollout.settings.rows_per_prompt)
         return picked, sampled, curriculum
 

@@ -143,13 +143,17 @@ class PromptSelection:
         """This rank's groups as outcomes (refill groups included: they were rolled out too)."""
         G = sampled.rewards.shape[1]
         flat = (~sampled.informative).tolist()
-        # the policy's own success: rows re-sampled with a hint or a reference prefix do not count
-        own = [[True] * G] * len(sampled.prompts) if sampled.reflected is None else (~sampled.reflected).tolist()
+        # the policy's own success: rows re-sampled with a hint or a reference prefix do not count,
+        # nor the slots a per-prompt budget left empty
+        present = sampled.rows_present
+        own = (present if sampled.reflected is None else present & ~sampled.reflected).tolist()
         out = []
         for b, p in enumerate(sampled.prompts):
             texts = [t for t, o in zip(sampled.rollout.texts[b * G : (b + 1) * G], own[b], strict=True) if o]
             rate = sum(self.exact(p, t) for t in texts) / len(texts)
-            out.append(Gathered(p.id, len(p.prompt), p.bucket, rate, flat[b], p.id in picked.audited, rows_per_group,
+            # oversampling rolled out k = rows_per_group / G rows per row kept; a budget never oversamples
+            rows = int(present[b].sum()) * max(rows_per_group // G, 1)
+            out.append(Gathered(p.id, len(p.prompt), p.bucket, rate, flat[b], p.id in picked.audited, rows,
                                 picked.references.get(p.id)))
         return out
 

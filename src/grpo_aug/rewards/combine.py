@@ -93,12 +93,14 @@ class RewardSet:
     def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]],
               completion_ids: Sequence[Sequence[int]] | None = None, state: TrainerState | None = None,
               conversations: Sequence[list[dict] | None] | None = None) -> Scores:
-        """prompts [B], completions [B][G]; what batched functions also receive: completion_ids
-        [B*G] token id lists (needed only when one is configured), the trainer state, and per
+        """prompts [B], completions [B][G_b] (groups may differ in size: G is the largest, and
+        a group's missing rows are unscored); what batched functions also receive: completion_ids
+        [sum G_b] token id lists (needed only when one is configured), the trainer state, and per
         prompt [B] the messages the model saw when the chat template rendered it (None: text)."""
-        B, G = len(prompts), len(completions[0])
+        B, G = len(prompts), max(len(row) for row in completions)
+        present = torch.tensor([[g < len(row) for g in range(G)] for row in completions])  # [B, G]
         total = torch.zeros(B, G)  # [B, G]
-        scored = torch.ones(B, G, dtype=torch.bool)  # [B, G]
+        scored = present.clone()  # [B, G]
         kept = torch.ones(B, G, dtype=torch.bool)  # [B, G]
         parts, errors, timeouts = {}, {}, {}
         for i, rf in enumerate(self.functions):
@@ -109,7 +111,8 @@ class RewardSet:
             else:
                 values = [self._call(i, rf, prompt, text, errors, timeouts)
                           for prompt, row in zip(prompts, completions, strict=True) for text in row]
-            scores = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32).view(B, G)
+            scores = torch.full((B, G), math.nan)  # [B, G]
+            scores[present] = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
             ok = ~scores.isnan()
             scored &= ok
             if rf.min_score is not None:

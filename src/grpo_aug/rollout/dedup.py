@@ -38,6 +38,12 @@ def keep_distinct(texts: Sequence[str], ngram: int, threshold: float) -> list[bo
     return keep
 
 
+def laid_out(flags: Sequence[Sequence[bool]]) -> torch.Tensor:
+    """[B, G] bool from per-group lists of different lengths (G the longest), False past each end."""
+    width = max(len(row) for row in flags)
+    return torch.tensor([list(row) + [False] * (width - len(row)) for row in flags], dtype=torch.bool)
+
+
 class NoDedup:
     """`rollout/dedup=none`: every completion counts and no group is dropped."""
 
@@ -47,7 +53,8 @@ class NoDedup:
         pass
 
     def __call__(self, completions: Sequence[Sequence[str]]) -> torch.Tensor:
-        return torch.ones(len(completions), len(completions[0]), dtype=torch.bool)  # [B, G]
+        """[B, G] bool, G the largest group: every row of a group, none past its end."""
+        return laid_out([[True] * len(row) for row in completions])
 
     def groups_kept(self, distinct: torch.Tensor) -> torch.Tensor:
         return distinct.sum(dim=1) >= self.min_unique  # [B]
@@ -75,4 +82,4 @@ class NgramDedup(NoDedup):
             )
 
     def __call__(self, completions: Sequence[Sequence[str]]) -> torch.Tensor:
-        return torch.tensor([keep_distinct(row, self.ngram, self.threshold) for row in completions])  # [B, G]
+        return laid_out([keep_distinct(row, self.ngram, self.threshold) for row in completions])  # [B, G]

@@ -9,6 +9,7 @@ rolls out fresh prompts of the same bucket (never earlier rows) for at most
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -24,13 +25,18 @@ from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.guide import ReferencePrefix
-from grpo_aug.rollout.merge import concat_rollouts, select_rows
+from grpo_aug.rollout.merge import concat_rollouts, select_rows, spread_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.stream import RolloutStream
 from grpo_aug.rollout.types import Rollout
 
 PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
+
+
+def widen(t: torch.Tensor, width: int, fill) -> torch.Tensor:
+    """[n, g] -> [n, width], the new columns `fill` (groups laid out wider than the largest here)."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill)
 
 
 class SampledGroups(NamedTuple):
@@ -51,6 +57,13 @@ class SampledGroups(NamedTuple):
                                         # trained off-policy; None: off
     reflected: torch.Tensor | None = None  # [n, G] rows re-sampled for all-wrong groups (hint or reference
                                            # prefix); None: rollout/reflect=none
+    present: torch.Tensor | None = None  # [n, G] rows that exist: a per-prompt budget (rollout/budget)
+                                         # leaves groups short of G slots; None: every row
+
+    @property
+    def rows_present(self) -> torch.Tensor:
+        """[n, G] bool: the rows that exist (all, unless a per-prompt budget sized the groups)."""
+        return torch.ones_like(self.valid) if self.present is None else self.present
 
 
 def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
@@ -72,6 +85,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         rounds=len(rounds),
         hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
         reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
+        present=None if rounds[0].present is None else torch.cat([r.present for r in rounds]),
     )
 
 
@@ -89,6 +103,9 @@ class GroupRollout:
         tokenizer in `bind`; prompt_pool: fresh prompts for the refill (the DataModule's
         draw_prompts); seed: the rollout's random stream and the engine's."""
         self.settings = settings or RolloutSettings()
+        if self.settings.budget.active and reflect is not None and reflect.active:
+            raise ValueError("rollout/budget=informative sizes each group itself; rollout/reflect (hint or prefix) "
+                             "re-samples rows of fixed slots: use one of them")
         if self.settings.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.reward = reward
@@ -136,20 +153,23 @@ class GroupRollout:
         return None if self.any_rank is None else (lambda done: not self.any_rank(not done))
 
     def sample_round(self, policy: torch.nn.Module, prompts: list[Prompt], generator: torch.Generator | None = None,
-                     state: TrainerState | None = None) -> SampledGroups:
+                     state: TrainerState | None = None, rows: list[int] | None = None) -> SampledGroups:
         """Roll out the rows of every prompt in one batched call; score and dedup them; with
-        rollout.oversample = k, keep the G of each prompt's k x G rows whose rewards vary most."""
+        rollout.oversample = k, keep the G of each prompt's k x G rows whose rewards vary most.
+        rows: rows per prompt (rollout/budget); None: rows_per_prompt each."""
         s, n = self.settings, len(prompts)
-        G = s.group_size
-        R = s.rows_per_prompt  # G, or k x G before down-sampling
+        G = s.width  # group_size, or the budget's largest group
+        R = max(s.rows_per_prompt, G)  # G, or k x G before down-sampling
+        counts = [s.rows_per_prompt] * n if rows is None else list(rows)
         device = next(policy.parameters()).device
-        temperatures = s.row_temperatures(n)  # [n*R] row g at temperature slot g
+        temperatures = s.row_temperatures(n, counts)  # [sum counts] row g at temperature slot g
         # hints go into the user message, then the template
-        texts = self.prompt_format(s.row_prompts(prompts), [p.context for p in prompts for _ in range(R)])
+        texts = self.prompt_format(s.row_prompts(prompts, counts),
+                                   [p.context for p, c in zip(prompts, counts, strict=True) for _ in range(c)])
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=self.all_done(), knobs=s.knobs)
         tokens = int(ro.completion_mask.sum())
-        reflected = torch.zeros(n * R, dtype=torch.bool)  # [n*R]
+        reflected = torch.zeros(len(texts), dtype=torch.bool)  # [n*R]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
             def sample(texts_, temps):
                 return self.engine.generate(policy, self.tokenizer, texts_, temps, s.top_p, s.max_new_tokens,
@@ -158,7 +178,8 @@ class GroupRollout:
         # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
         own = ro.completion_mask if ro.given is None else ro.completion_mask.masked_fill(ro.given, 0)  # [n*R, T]
         tokens += int(own[reflected.to(own.device)].sum())
-        completions = [ro.texts[b * R : (b + 1) * R] for b in range(n)]
+        starts = [sum(counts[:b]) for b in range(n + 1)]
+        completions = [ro.texts[starts[b] : starts[b + 1]] for b in range(n)]
         ids = chats = None
         if self.reward.batched:  # functions written for TRL also take token ids and the messages seen
             ids = [row[done].tolist() for row, done in
@@ -167,16 +188,21 @@ class GroupRollout:
         scores = self.reward.score(prompts, completions, ids, state, chats)  # [n, R]
         lengths = own.sum(dim=1)  # [n*R]
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
-        rewards = (scores.total + shaping.view(n, R).cpu()).to(device)  # [n, R]
-        distinct = s.dedup(completions).to(device)  # [n, R]
-        kept, scored, parts = scores.kept.to(device), scores.scored.to(device), scores.parts
+        present = torch.tensor([[g < c for g in range(R)] for c in counts], device=device)  # [n, R]
+        shaped = torch.zeros(n, R, device=device).masked_scatter(present, shaping.to(device).float())  # [n, R]
+        rewards = widen(scores.total, R, 0.0).to(device) + shaped  # [n, R]
+        distinct = widen(s.dedup(completions), R, False).to(device)  # [n, R]
+        kept, scored = widen(scores.kept, R, False).to(device), widen(scores.scored, R, False).to(device)
+        parts = {k: widen(v, R, math.nan) for k, v in scores.parts.items()}
+        short = any(c != R for c in counts)  # groups of different sizes, laid out R slots each
+        if short:
+            ro, _ = spread_rows(ro, counts, R)
         std_gain = torch.zeros(n, dtype=torch.float64, device=device)
         if R > G:
             counted = kept & distinct  # [n, R]
             before = group_stats(rewards[:, :G], counted[:, :G]).std  # [n] what G rows alone would have had
             keep = max_variance_subset(rewards, counted, distinct, G)  # [n, G] row indices within each group
-            rows = (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1)  # [n*G]
-            ro = select_rows(ro, rows)
+            ro = select_rows(ro, (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1))  # [n*G] rows
             rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rewards, distinct, kept, scored))
             reflected = reflected.view(n, R).gather(1, keep.cpu()).reshape(-1)
             parts = {k: v.gather(1, keep.cpu()) for k, v in parts.items()}
@@ -188,13 +214,19 @@ class GroupRollout:
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
                              informative_groups(rewards, valid), std_gain, tokens,
                              hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
-                             reflected=reflected)
+                             reflected=reflected, present=present if short else None)
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], step: int,
-               generator: torch.Generator | None = None, state: TrainerState | None = None) -> SampledGroups:
+               generator: torch.Generator | None = None, state: TrainerState | None = None,
+               rows: list[int] | None = None) -> SampledGroups:
         """The batch's groups, plus refill rounds while too few are informative (if configured).
-        state: what reward functions written for TRL get as trainer_state."""
-        rounds = [self.sample_round(policy, batch, generator, state)]
+        state: what reward functions written for TRL get as trainer_state; rows: rows per prompt of
+        the batch (rollout/budget; refill prompts get group_size each), None: rows_per_prompt each."""
+        rounds = [self.sample_round(policy, batch, generator, state, rows)]
+
+        def uniform(prompts: list[Prompt]) -> list[int] | None:
+            return None if rows is None else [self.settings.group_size] * len(prompts)
+
         wanted, f = len(batch), self.settings.filter
         informative = int(rounds[0].informative.sum())
         for round_ in range(1, f.max_rounds + 1 if f.refill else 1):
@@ -204,8 +236,8 @@ class GroupRollout:
             if not (bool(extra) if self.any_rank is None else self.any_rank(bool(extra))):
                 break
             if not extra:  # another rank refills: its sharded forwards need this rank's, on a stand-in, discarded
-                self.sample_round(policy, batch[:1], generator, state)
+                self.sample_round(policy, batch[:1], generator, state, uniform(batch[:1]))
                 continue
-            rounds.append(self.sample_round(policy, extra, generator, state))
+            rounds.append(self.sample_round(policy, extra, generator, state, uniform(extra)))
             informative += int(rounds[-1].informative.sum())
         return merge_rounds(rounds, self.tokenizer.pad_token_id)

@@ -73,3 +73,28 @@ def trim(ro: Rollout) -> Rollout:
                        completion_mask=ro.completion_mask[:, :t],
                        sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[:, :t],
                        given=None if ro.given is None else ro.given[:, :t])
+
+
+def spread_rows(ro: Rollout, counts: Sequence[int], width: int) -> tuple[Rollout, torch.Tensor]:
+    """Groups of counts[b] consecutive rows laid out `width` slots each, and present [B, width].
+
+    A missing slot holds a copy of its group's first row without completion tokens or text, so
+    that every tensor keeps its [B * width] layout; `present` marks it, and nothing downstream
+    scores, counts or trains it."""
+    index, present, start = [], [], 0
+    for count in counts:
+        index += list(range(start, start + count)) + [start] * (width - count)
+        present += [True] * count + [False] * (width - count)
+        start += count
+    device = ro.input_ids.device
+    out = select_rows(ro, torch.tensor(index, device=device))
+    here = torch.tensor(present, device=device)  # [B*width]
+    P = ro.prompt_len
+    attention = out.attention_mask.clone()
+    attention[:, P:] *= here[:, None].to(attention.dtype)
+    return out._replace(
+        attention_mask=attention,
+        completion_mask=out.completion_mask * here[:, None].to(out.completion_mask.dtype),
+        texts=[t if h else "" for t, h in zip(out.texts, present, strict=True)],
+        truncated=out.truncated & here.to(out.truncated.device),
+    ), here.view(len(counts), width)

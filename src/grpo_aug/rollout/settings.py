@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.rollout.budget import UniformBudget
 from grpo_aug.rollout.dedup import NoDedup
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.knobs import Knobs
@@ -21,6 +22,7 @@ class RolloutSettings:
     max_new_tokens: int = 64
     dedup: NoDedup = field(default_factory=NoDedup)
     filter: GroupFilter = field(default_factory=GroupFilter)
+    budget: UniformBudget = field(default_factory=UniformBudget)  # rows per prompt (rollout/budget.py)
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
     oversample: int = 1  # roll out oversample x group_size rows per prompt, keep the max-variance group_size
@@ -48,6 +50,7 @@ class RolloutSettings:
         object.__setattr__(self, "stop", tuple(self.stop))
         self.knobs  # noqa: B018 (validates them now, before any model loads)
         self.dedup.check_group_size(self.group_size)
+        self.budget.check(self.group_size, self.oversample, self.dedup.min_unique)
         object.__setattr__(self, "hints", tuple(self.hints))
         if "{question}" not in self.hint_template or "{hint}" not in self.hint_template:
             raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
@@ -62,15 +65,21 @@ class RolloutSettings:
         """Rows rolled out per prompt: G, or oversample x G before down-sampling."""
         return self.group_size * self.oversample
 
-    def row_prompts(self, batch: Sequence[Prompt]) -> list[str]:
-        """B * rows_per_prompt rollout prompts: slot g of each group carries hint g % len(hints), if any.
+    @property
+    def width(self) -> int:
+        """Row slots per group once rolled out: group_size, or the budget's largest group."""
+        return self.budget.width(self.group_size)
+
+    def row_prompts(self, batch: Sequence[Prompt], counts: Sequence[int] | None = None) -> list[str]:
+        """The rollout prompts, counts[b] (default rows_per_prompt) for prompt b: slot g of each
+        group carries hint g % len(hints), if any.
 
         The hint goes into the question inside the formatted prompt; the reward still judges
         against the original record.
         """
         rows = []
-        for p in batch:
-            for g in range(self.rows_per_prompt):
+        for p, count in zip(batch, counts or [self.rows_per_prompt] * len(batch), strict=True):
+            for g in range(count):
                 if not self.hints:
                     rows.append(p.prompt)
                     continue
@@ -78,7 +87,8 @@ class RolloutSettings:
                 rows.append(p.prompt.replace(p.question, hinted, 1))
         return rows
 
-    def row_temperatures(self, num_prompts: int) -> torch.Tensor:
-        """[B * rows_per_prompt]: row g of every group samples at temperatures[g % len(temperatures)]."""
-        slots = torch.tensor([self.temperatures[g % len(self.temperatures)] for g in range(self.rows_per_prompt)])
-        return slots.repeat(num_prompts)  # [B * rows_per_prompt]
+    def row_temperatures(self, num_prompts: int, counts: Sequence[int] | None = None) -> torch.Tensor:
+        """[sum of counts] (default rows_per_prompt each): row g of every group samples at
+        temperatures[g % len(temperatures)]."""
+        counts = counts or [self.rows_per_prompt] * num_prompts
+        return torch.tensor([self.temperatures[g % len(self.temperatures)] for c in counts for g in range(c)])

@@ -33,9 +33,11 @@ from grpo_aug.update.step import PreparedStep
 log = logging.getLogger(__name__)
 
 
-def group_rows(groups: torch.Tensor, G: int) -> torch.Tensor:
-    """[b*G] row indices of the groups `groups` ([b]), rows being laid out group after group."""
-    return (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)
+def group_rows(groups: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Row indices of the groups `groups` ([b]) in a [N, G] layout, the rows `present` ([N, G]) only."""
+    G = present.shape[1]
+    slots = groups[:, None] * G + torch.arange(G, device=groups.device)  # [b, G]
+    return slots[present[groups].to(groups.device)]  # [rows]
 
 
 class OptimizerHandle(NamedTuple):
@@ -76,16 +78,17 @@ class PolicyUpdate:
         reference: a context giving the reference model (models.policy.PolicyModels.reference);
         zero_std: flat groups leave the update; refill_wanted: the informative groups the refill
         aimed for (None: no refill)."""
-        a, G = self.algo, sampled.valid.shape[1]
+        a = self.algo
         keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
         groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
-        rows = group_rows(groups, G)  # [B*G]
-        ro = sampled.rollout if len(groups) == len(keep) else select_rows(sampled.rollout, rows)
+        present = sampled.rows_present[groups]  # [B, G] a per-prompt budget leaves groups short of G rows
+        rows = group_rows(groups, sampled.rows_present)  # [B*G] (fewer under a budget)
+        ro = sampled.rollout if len(rows) == len(sampled.rollout.texts) else select_rows(sampled.rollout, rows)
 
         # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
-        mask = self.loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated, valid[groups],
-                              self.token_text, ro.given)  # [B*G, T]
+        mask = self.loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated,
+                              valid[groups][present], self.token_text, ro.given)  # [B*G, T]
 
         # advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
@@ -94,7 +97,7 @@ class PolicyUpdate:
             batch_std = batch_reward_std(self.winsorize(sampled.rewards, sampled.valid), sampled.valid,
                                          self.ranks.sum)
         advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip, scale=a.scale_rewards,
-                                      batch_std=batch_std).reshape(-1)  # [B*G]
+                                      batch_std=batch_std)[present]  # [B*G]
 
         # reference log-probs, and the rollout policy's when it changes before the last update
         ref_logps = old_logps = None
@@ -107,10 +110,11 @@ class PolicyUpdate:
                 if a.updates_per_rollout > 1:
                     old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
         exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
-        hinted = None if sampled.hinted is None else sampled.hinted[groups].reshape(-1)  # [B*G]
+        hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
         engine_sampled = external_engine and a.engine_correction.active and ro.sample_logprobs is not None
+        spans = torch.cat([present.new_zeros(1, dtype=torch.long), present.sum(dim=1).cumsum(0)])  # [B+1]
         return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
-                            engine_sampled)
+                            engine_sampled, spans.cpu())
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
               ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:
@@ -137,10 +141,9 @@ class PolicyUpdate:
         weight through AdamW's momentum), with `skipped` 0.
         """
         a, ro = self.algo, step.rollout
-        G = step.valid.shape[1]
         device = ro.input_ids.device
         opt.optimizer.zero_grad()
-        rows = group_rows(groups, G).to(device)  # [b*G]
+        rows = step.rows_of(groups).to(device)  # [b*G] (fewer under a per-prompt budget)
         total_tokens = step.mask[rows].sum()
         aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
         chunk_loss = functools.partial(chunk_loss_lib.chunk_loss, policy, self.scorer, self.objective,

@@ -26,19 +26,36 @@ class PreparedStep(NamedTuple):
     refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
     hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
     engine_sampled: bool = False  # an external engine (vLLM) sampled the rows: its log-probs get corrected
+    # [B+1] the update's rows of group i are spans[i]:spans[i+1] (groups of different sizes under a
+    # per-prompt budget); None: G each
+    spans: torch.Tensor | None = None
+
+    def rows_of(self, groups: torch.Tensor) -> torch.Tensor:
+        """Row indices into `rollout` of the update's groups `groups` ([b] positions in `groups`)."""
+        G = self.valid.shape[1]
+        spans = torch.arange(len(self.groups) + 1) * G if self.spans is None else self.spans
+        return torch.cat([torch.arange(int(spans[i]), int(spans[i + 1])) for i in groups.tolist()] or
+                         [torch.zeros(0, dtype=torch.long)])
 
 
 def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int,
                 ladder: tuple[float, ...]) -> StepReport:
     """What the callbacks get from one step (updates: per-update stats, [U] each)."""
     sampled = step.sampled
-    counted_in_update = step.valid[step.groups].reshape(-1)  # [B*G]
+    G = sampled.valid.shape[1]  # group_size, or the per-prompt budget's largest group
+    present = sampled.rows_present  # [N, G]
+    counted_in_update = step.valid[step.groups][present[step.groups]]  # [B*G]
     device = kl_mean.device
     junk, chars = junk_count([p.prompt for p in sampled.prompts for _ in range(G)], sampled.rollout.texts)
+    # the update's advantages in the [B, G] layout (0 in the slots of rows a budget did not roll out)
+    laid_out = torch.zeros(len(step.groups), G, dtype=step.advantages.dtype, device=step.advantages.device)
+    laid_out[present[step.groups].to(laid_out.device)] = step.advantages
     return StepReport(
         bucket=sampled.prompts[0].bucket, rewards=sampled.rewards, scored=sampled.scored, counted=sampled.valid,
+        present=present,
         valid=step.valid, distinct=sampled.distinct, temperatures=sampled.rollout.temperatures,
-        lengths=sampled.rollout.completion_mask.sum(dim=1), truncated=sampled.rollout.truncated,
+        lengths=sampled.rollout.completion_mask.sum(dim=1)[present.reshape(-1)],
+        truncated=sampled.rollout.truncated[present.reshape(-1).to(sampled.rollout.truncated.device)],
         advantages=step.advantages[counted_in_update], loss_tokens=step.mask.sum(),
         generated_tokens=step.rollout.completion_mask.sum(),
         refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
@@ -48,7 +65,7 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
         junk_chars=torch.tensor(float(junk), device=device),
         completion_chars=torch.tensor(float(chars), device=device), ladder=tuple(ladder),
-        samples=text_samples(sampled, step.groups, step.advantages, G))
+        samples=text_samples(sampled, step.groups, laid_out.reshape(-1), G))
 
 
 def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
