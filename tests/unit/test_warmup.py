@@ -29,23 +29,3 @@ def test_sft_batch_trains_on_solution_and_eos_only(tiny_model_dir):
         assert labels[i, n - 1] == tok.eos_token_id
         assert (labels[i, n:] == -100).all()
     assert torch.equal(ids[0, :prompt_len], ids[1, :prompt_len])
-
-
-def test_length_grouped_batches_hold_similar_lengths_and_cover_the_draw_once():
-    import random
-
-    from grpo_aug.models.warmup import length_grouped
-
-    # three tiers of lengths, 8 of each: a window of 3 batches of 8 draws all 24, and sorting by
-    # length puts each tier in a batch of its own
-    lengths = [10] * 8 + [20] * 8 + [30] * 8
-    batches = length_grouped(lengths, batch_size=8, rng=random.Random(1), window=3)
-    assert sorted(i for b in batches for i in b) == list(range(24))
-    assert sorted({lengths[i] for i in b}.pop() for b in batches) == [10, 20, 30]
-    assert all(len({lengths[i] for i in b}) == 1 for b in batches)
-    # a window larger than the pool: every index once, the last batch short
-    short = length_grouped([5, 1, 3, 2, 4], batch_size=2, rng=random.Random(0), window=8)
-    assert sorted(len(b) for b in short) == [1, 2, 2]
-    assert sorted(i for b in short for i in b) == [0, 1, 2, 3, 4]
-    assert sorted(sorted(lengths_of) for lengths_of in ([[5, 1, 3, 2, 4][i] for i in b] for b in short)) == [
-        [1, 2], [3, 4], [5]]

@@ -30,10 +30,6 @@ from grpo_aug.models.settings import WarmupSettings
 
 log = logging.getLogger(__name__)
 
-# batches drawn together and grouped by length; a few are enough to put the easy, medium and hard
-# demonstrations in batches of their own most of the time
-LENGTH_WINDOW = 8
-
 
 def off_by_one(record: Prompt) -> Prompt:
     """The record with its final result raised by one in the last `<<...=R>>R` step and `#### R`."""
@@ -65,18 +61,6 @@ def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch
     return ids, attn, lab
 
 
-def length_grouped(lengths: Sequence[int], batch_size: int, rng: random.Random,
-                   window: int = LENGTH_WINDOW) -> list[list[int]]:
-    """The next `window` batches of indices into `lengths`: drawn at random without replacement,
-    sorted by length, cut into batches and shuffled, so a batch pads to its own longest row
-    instead of (nearly always) the longest tier's (transformers' group_by_length does the same)."""
-    drawn = rng.sample(range(len(lengths)), min(batch_size * window, len(lengths)))
-    drawn.sort(key=lambda i: lengths[i])
-    batches = [drawn[k : k + batch_size] for k in range(0, len(drawn), batch_size)]
-    rng.shuffle(batches)
-    return batches
-
-
 def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache_dir: str | Path,
                       settings: WarmupSettings, seed: int = 0) -> Path:
     """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir."""
@@ -88,7 +72,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r for r in pool]
     data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
     spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
-                schedule="cosine", batches="length-grouped")
+                schedule="cosine")
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(cache_dir) / f"warmup-{key}"
     if (out / "config.json").is_file():
@@ -106,12 +90,8 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1))),
     )
     rng = random.Random(seed)
-    lengths = [len(tokenizer(r.prompt + r.solution, add_special_tokens=False).input_ids) for r in pool]
-    queue: list[list[int]] = []
     for step in range(steps):
-        if not queue:
-            queue = length_grouped(lengths, batch_size, rng)
-        ids, attn, labels = sft_batch(tokenizer, [pool[i] for i in queue.pop()])
+        ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
