@@ -24,6 +24,7 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
     default_os2  default + rollout.oversample=2
     guided    default + rollout/reflect=prefix (all-wrong groups get rows that start inside the reference)
     frontier  guided + curriculum.predicted=true (the bandit reads the selector's predicted spread)
+    budget    default + rollout/budget=informative (each step's rows shared out by predicted pass rate)
 Per run: greedy held-out accuracy per bucket at every evaluation (every 25 steps), the training
 seconds (wall time since the step-0 evaluation) and rollout tokens at each; per bucket the final
 accuracy (mean of the last 3 evaluations), the area under the accuracy curve (as a mean accuracy),
@@ -74,6 +75,7 @@ ARMS = {
     "default_os2": ["rollout.oversample=2"],
     "guided": ["rollout/reflect=prefix"],
     "frontier": ["rollout/reflect=prefix", "curriculum.predicted=true"],
+    "budget": ["rollout/budget=informative"],
 }
 
 

@@ -40,8 +40,10 @@ def test_rows_go_where_they_most_raise_the_chance_of_spread():
     assert allocate([0.0, 0.5, 0.1, 1.0], total=16, min_rows=2, max_rows=8) == [2, 5, 7, 2]
     # the cap binds: max_rows each even if the total is larger
     assert allocate([0.5, 0.5], total=20, min_rows=2, max_rows=8) == [8, 8]
-    # equal prompts share equally (ties go to the earlier prompt first)
+    # equal prompts share equally (ties go to the prompt with fewer rows, then the earlier one)
     assert allocate([0.3, 0.3, 0.3], total=10, min_rows=2, max_rows=8) == [4, 3, 3]
+    # nothing to gain anywhere (never or always right): an even split, not all to the first
+    assert allocate([0.0, 1.0, 0.0], total=12, min_rows=2, max_rows=8) == [4, 4, 4]
 
 
 def test_pass_rates_come_from_the_history_then_the_bucket_then_the_prior():
@@ -161,9 +163,10 @@ def test_a_budgeted_step_rolls_out_scores_and_updates_only_the_rows_it_allotted(
 
 
 def test_a_run_with_the_budget_trains_and_logs(tmp_path):
-    from helpers import TINY, all_finite, read_scalars, train_here
+    from helpers import TINY, all_finite, read_events, read_scalars, train_here
 
     train_here(tmp_path, ["debug=fast", *TINY, "rollout/budget=informative", "rollout.budget.min_rows=2",
                           "rollout.budget.max_rows=6", "rollout.group_size=4", "rollout.filter.zero_std=false"])
     scalars = read_scalars(tmp_path / "run")
     assert all_finite(scalars["train/loss"]) and all_finite(scalars["health/completion_length_mean"])
+    assert "distributions/group_rows" in read_events(tmp_path / "run")["histograms"]

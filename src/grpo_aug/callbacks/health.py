@@ -29,7 +29,8 @@ rollout/reward_by_temperature/T   mean reward of the rows sampled at temperature
 health/reward_mean/<bucket>       mean reward per difficulty bucket, at its own (longer) interval
 Token-weighted metrics (kl, entropy, clip fractions) and |advantage| write no point for a window
 without loss tokens (e.g. every group filtered out as flat): there is nothing to average.
-TensorBoard also gets histograms of rewards, advantages and lengths, and text samples per bucket.
+TensorBoard also gets histograms of rewards, advantages, lengths and rows per group (rollout/budget
+sizes groups by predicted pass rate), and text samples per bucket.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ class SampleHealth(L.Callback):
         self.overall = WindowedMeans(every_n_steps)
         self.by_bucket = WindowedMeans(bucket_every_n_steps)
         self.kl_max = MaxMetric()
-        self.distributions = {name: CatMetric() for name in ("rewards", "advantages", "lengths")}
+        self.distributions = {name: CatMetric() for name in ("rewards", "advantages", "lengths", "group_rows")}
         self.samples: dict[str, list[dict]] = {}  # bucket -> the latest text rows
         self.last: dict[str, float] = {}  # the latest logged values, for the final hparams
         self._restored: dict | None = None  # this rank's windows from a checkpoint, applied at train start
@@ -235,6 +236,7 @@ class SampleHealth(L.Callback):
         self.distributions["rewards"].update(rewards.detach()[scored].float())
         self.distributions["advantages"].update(report.advantages.detach().float())
         self.distributions["lengths"].update(report.lengths.detach().float())
+        self.distributions["group_rows"].update(report.present.sum(dim=1).float())  # G, unless rollout/budget
         for row in report.samples:
             self.samples.setdefault(row["bucket"], [])
             self.samples[row["bucket"]] = (self.samples[row["bucket"]] + [row])[-self.samples_per_bucket :]

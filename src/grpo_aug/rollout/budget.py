@@ -32,21 +32,22 @@ def spread_probability(p: float, rows: int) -> float:
 
 def allocate(pass_rates: Sequence[float], total: int, min_rows: int, max_rows: int) -> list[int]:
     """Rows per prompt summing to `total` (or len x max_rows, if less): min_rows each, then one
-    row at a time to the prompt whose spread probability it raises most (ties: the earlier prompt)."""
+    row at a time to the prompt whose spread probability it raises most (ties: the prompt with
+    fewer rows, then the earlier one; so prompts that gain nothing, p = 0 or 1, share evenly)."""
     rows = [min_rows] * len(pass_rates)
     left = min(total, max_rows * len(pass_rates)) - min_rows * len(pass_rates)
 
     def gain(b: int) -> float:
         return spread_probability(pass_rates[b], rows[b] + 1) - spread_probability(pass_rates[b], rows[b])
 
-    heap = [(-gain(b), b) for b in range(len(pass_rates)) if rows[b] < max_rows]
+    heap = [(-gain(b), rows[b], b) for b in range(len(pass_rates)) if rows[b] < max_rows]
     heapq.heapify(heap)
     while left > 0 and heap:
-        _, b = heapq.heappop(heap)
+        _, _, b = heapq.heappop(heap)
         rows[b] += 1
         left -= 1
         if rows[b] < max_rows:
-            heapq.heappush(heap, (-gain(b), b))
+            heapq.heappush(heap, (-gain(b), rows[b], b))
     return rows
 
 

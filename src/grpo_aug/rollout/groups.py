@@ -85,7 +85,7 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         rounds=len(rounds),
         hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
         reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
-        present=None if rounds[0].present is None else torch.cat([r.present for r in rounds]),
+        present=None if all(r.present is None for r in rounds) else torch.cat([r.rows_present for r in rounds]),
     )
 
 
