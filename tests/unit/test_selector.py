@@ -198,6 +198,7 @@ class _Sampled:
         self.informative = torch.tensor(informative)
         self.tokens = 7
         self.reflected = None
+        self.rows_present = torch.ones_like(self.rewards, dtype=torch.bool)  # every row exists (no budget)
 
 
 def test_observe_updates_history_from_every_rank_and_counts_the_window():
@@ -217,6 +218,17 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     assert m == pytest.approx({"rollout/tokens_total": 12, "rollout/flat_rows_frac": 10 / 12, "selector/skip_frac": 0.5,
                                "selector/precision": 1.0, "selector/recall": 0.8})
     assert sel.window_metrics() == {"rollout/tokens_total": 12, "selector/skip_frac": 0.0}  # a new window
+
+
+def test_slots_a_budget_left_empty_count_neither_in_the_pass_rate_nor_in_the_rows():
+    sel = PromptSelection()
+    mine = _prompts(2)  # answers 1 and 2
+    # width 4: p0 got 2 rows (right, wrong), p1 got 4 (right 3 times); the empty slots' text is ""
+    sampled = _Sampled(mine, ["A: 1", "A: 9", "", "", "A: 2", "A: 2", "A: 2", "A: 7"], [True, True])
+    sampled.rows_present = torch.tensor([[True, True, False, False], [True] * 4])
+    sel.observe(Picked(mine, frozenset(), 0, 2, {}), sampled, 0, 4, lambda x: [x])
+    assert sel.history.get("p0").last_pass == 0.5 and sel.history.get("p1").last_pass == 0.75
+    assert sel.window["rows"] == 6
 
 
 def test_no_selector_still_measures_the_waste():

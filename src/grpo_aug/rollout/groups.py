@@ -169,7 +169,7 @@ class GroupRollout:
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=self.all_done(), knobs=s.knobs)
         tokens = int(ro.completion_mask.sum())
-        reflected = torch.zeros(len(texts), dtype=torch.bool)  # [n*R]
+        reflected = torch.zeros(len(texts), dtype=torch.bool)  # [sum counts]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
             def sample(texts_, temps):
                 return self.engine.generate(policy, self.tokenizer, texts_, temps, s.top_p, s.max_new_tokens,
