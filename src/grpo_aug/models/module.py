@@ -159,8 +159,7 @@ class GRPOModule(L.LightningModule):
         self._log_step(step, updates, beta, curriculum)
         self.counts.stop_if_stuck(self.algo.max_consecutive_nonfinite, self.global_step,
                                   getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
-        s = self.rollout.settings
-        return {"report": step_report(step, updates, kl_mean, s.group_size, s.temperatures), "updates": updates}
+        return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates}
 
     def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int
                       ) -> tuple[Picked, SampledGroups, dict[str, float]]:
@@ -174,7 +173,7 @@ class GRPOModule(L.LightningModule):
         s = self.rollout.settings  # rows per prompt: group_size each, or shared out by predicted pass rate
         rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
         sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state, rows)
-        curriculum = self.feed.observe(picked, sampled, rollout_step, self.rollout.settings.rows_per_prompt)
+        curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 
     def prepare(self, sampled: SampledGroups, picked: int) -> PreparedStep:

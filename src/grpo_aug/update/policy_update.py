@@ -112,9 +112,8 @@ class PolicyUpdate:
         exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
         hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
         engine_sampled = external_engine and a.engine_correction.active and ro.sample_logprobs is not None
-        spans = torch.cat([present.new_zeros(1, dtype=torch.long), present.sum(dim=1).cumsum(0)])  # [B+1]
         return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
-                            engine_sampled, spans.cpu())
+                            engine_sampled)
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
               ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:

@@ -26,19 +26,17 @@ class PreparedStep(NamedTuple):
     refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
     hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
     engine_sampled: bool = False  # an external engine (vLLM) sampled the rows: its log-probs get corrected
-    # [B+1] the update's rows of group i are spans[i]:spans[i+1] (groups of different sizes under a
-    # per-prompt budget); None: G each
-    spans: torch.Tensor | None = None
 
     def rows_of(self, groups: torch.Tensor) -> torch.Tensor:
-        """Row indices into `rollout` of the update's groups `groups` ([b] positions in `groups`)."""
-        G = self.valid.shape[1]
-        spans = torch.arange(len(self.groups) + 1) * G if self.spans is None else self.spans
-        return torch.cat([torch.arange(int(spans[i]), int(spans[i + 1])) for i in groups.tolist()] or
+        """Row indices into `rollout` of the update's groups `groups` ([b] positions in `groups`):
+        its rows are the groups' existing rows, group after group (G each without a budget)."""
+        sizes = self.sampled.rows_present[self.groups].sum(dim=1).cpu()  # [B]
+        ends = sizes.cumsum(0)  # [B]
+        return torch.cat([torch.arange(int(ends[i] - sizes[i]), int(ends[i])) for i in groups.tolist()] or
                          [torch.zeros(0, dtype=torch.long)])
 
 
-def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, G: int,
+def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor,
                 ladder: tuple[float, ...]) -> StepReport:
     """What the callbacks get from one step (updates: per-update stats, [U] each)."""
     sampled = step.sampled
