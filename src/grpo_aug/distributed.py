@@ -60,6 +60,11 @@ class Ranks:
     def __init__(self, module) -> None:
         self._module = module
 
+    @property
+    def world(self) -> int:
+        """The number of ranks (1 outside a Trainer)."""
+        return 1 if self._module._trainer is None else self._module.trainer.world_size
+
     def any(self, flag: bool) -> bool:
         return rank_any(self._module, flag)
 

@@ -5,6 +5,8 @@ The rows of a group share their prompt. Llama-family models take the packed forw
 weights, the HF forward still runs each prompt once and indexes its keys/values out to the rows
 (gradients flow back through the index and add up), then only the completion tokens run,
 attending to that shared prefix. Both give the numbers of one forward over every full row.
+Under sharded weights each forward is a collective, so the number of forwards must not follow
+the data: the two-forward path is taken whatever the rows (update/lockstep.py, rule 5).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from grpo_aug.lean.compat import activation_checkpointing, cache_kwargs
-from grpo_aug.lean.decode import supports
+from grpo_aug.lean.decode import sharded, supports
 from grpo_aug.lean.forward import packable, packed_completion_logits
 
 ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
@@ -24,12 +26,19 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
     """Logits [N, T, V] predicting each completion token, with shared prompts run once."""
     if packable(model) and prompt_len > 0:
         return packed_completion_logits(model, input_ids, attention_mask, prompt_len, length_groups)
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
-    prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
     # the shared-prefix cache needs use_cache, which checkpointed layers switch off while training
     checkpointed = activation_checkpointing(model) and model.training
-    if (prompt_len < 2 or input_ids.shape[1] - prompt_len < 2 or len(prompts) == len(input_ids) or not supports(model)
-            or checkpointed):
+    T = input_ids.shape[1] - prompt_len
+    if sharded(model) and supports(model) and not checkpointed and (prompt_len < 2 or T < 2):
+        # two forwards whatever the rows: widen to two prompt and two completion columns, masked out
+        left, right = max(0, 2 - prompt_len), max(0, 2 - T)
+        input_ids = torch.nn.functional.pad(input_ids, (left, right))  # [N, P' + T']
+        attention_mask = torch.nn.functional.pad(attention_mask, (left, right))  # [N, P' + T']
+        return _completion_logits(model, input_ids, attention_mask, prompt_len + left, length_groups)[:, :T]
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [N, P+T]
+    prompts, row_prompt = torch.unique(input_ids[:, :prompt_len], dim=0, return_inverse=True)  # [U, P], [N]
+    one_forward = prompt_len < 2 or T < 2 or len(prompts) == len(input_ids)
+    if (one_forward and not sharded(model)) or not supports(model) or checkpointed:
         # only the positions that predict completion tokens go through the vocabulary projection
         keep = input_ids.shape[1] - prompt_len + 1
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -7,7 +7,6 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.loss import ClippedObjective
-from grpo_aug.algo.optim import local_shard
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.update.scoring import Scorer
 from grpo_aug.update.step import PreparedStep
@@ -60,8 +59,3 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObject
         stats["logprob_gap"] = (gap * mask).sum() / mask.sum().clamp(min=1)
     return loss, stats
 
-
-def zero_loss(model: torch.nn.Module) -> torch.Tensor:
-    """0, but touching every weight, so every rank's backward reduces the same parameters."""
-    # an FSDP2 weight's local shard: a plain tensor, with no collective in its backward
-    return 0.0 * sum(local_shard(p).sum() for p in model.parameters())

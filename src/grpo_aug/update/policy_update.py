@@ -27,6 +27,7 @@ from grpo_aug.rewards.winsorize import NoWinsorize
 from grpo_aug.rollout.groups import SampledGroups
 from grpo_aug.rollout.merge import select_rows
 from grpo_aug.update import chunk_loss as chunk_loss_lib
+from grpo_aug.update.lockstep import lockstep, stand_in
 from grpo_aug.update.scoring import Scorer
 from grpo_aug.update.step import PreparedStep
 
@@ -84,11 +85,15 @@ class PolicyUpdate:
         groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
         present = sampled.rows_present[groups]  # [B, G] a per-prompt budget leaves groups short of G rows
         rows = group_rows(groups, sampled.rows_present)  # [B*G] (fewer under a budget)
+        counted = valid[groups][present]  # [B*G]
+        empty = len(rows) == 0
+        if empty:  # no group entered here: the stand-in row, no loss token, pairs this rank's forwards with others'
+            rows, counted = stand_in(), torch.zeros(1, dtype=torch.bool, device=valid.device)  # [1]
         ro = sampled.rollout if len(rows) == len(sampled.rollout.texts) else select_rows(sampled.rollout, rows)
 
         # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
         mask = self.loss_mask(ro.input_ids[:, ro.prompt_len :], ro.completion_mask, ro.truncated,
-                              valid[groups][present], self.token_text, ro.given)  # [B*G, T]
+                              counted, self.token_text, ro.given)  # [B*G, T]
 
         # advantages from the step's (optionally winsorised) rewards, within each group
         rewards = self.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
@@ -98,22 +103,23 @@ class PolicyUpdate:
                                          self.ranks.sum)
         advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip, scale=a.scale_rewards,
                                       batch_std=batch_std)[present]  # [B*G]
+        if empty:
+            advantages = torch.zeros(1, device=advantages.device)  # [1] the stand-in's
 
         # reference log-probs, and the rollout policy's when it changes before the last update
         ref_logps = old_logps = None
-        if len(groups) > 0:
-            chunks = self.scorer.chunks(policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
-            with torch.no_grad():
-                if a.needs_reference:
-                    with reference() as model:
-                        ref_logps = self.scorer.logprobs(model, ro, chunks)  # [B*G, T]
-                if a.updates_per_rollout > 1:
-                    old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
+        chunks = self.scorer.chunks(policy, ro.completion_mask.sum(dim=1), ro.prompt_len)
+        with torch.no_grad():
+            if a.needs_reference:
+                with reference() as model:
+                    ref_logps = self.scorer.logprobs(model, ro, chunks)  # [B*G, T]
+            if a.updates_per_rollout > 1:
+                old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
         exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
         hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
         engine_sampled = external_engine and a.engine_correction.active and ro.sample_logprobs is not None
         return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
-                            engine_sampled)
+                            engine_sampled, stand_in=empty)
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
               ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:
@@ -133,43 +139,44 @@ class PolicyUpdate:
                opt: OptimizerHandle, entropy: bool) -> dict[str, torch.Tensor]:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
-        Length-sorted chunks each run their own backward; their losses add up to the update's.
-        A non-finite chunk loss or gradient norm on any rank skips the update on every rank (no
-        optimizer or lr step: weights and AdamW's moments stay bit-identical; `skipped` is 1); so
-        does an update without a loss token on any rank (a zero gradient would still move every
-        weight through AdamW's momentum), with `skipped` 0.
+        The loss is the global batch's, whatever the split over ranks: its normalisers (rows,
+        tokens) are sums over ranks, and each rank's part is scaled by the number of ranks, which
+        the strategy's gradient mean divides out again. Length-sorted chunks each run their own
+        backward; their losses add up to the update's. Every rank runs as many parts as every
+        other (update/lockstep.py). A non-finite chunk loss or gradient norm on any rank skips the
+        update on every rank (no optimizer or lr step: weights and AdamW's moments stay
+        bit-identical; `skipped` is 1); so does an update without a loss token on any rank (a zero
+        gradient would still move every weight through AdamW's momentum), with `skipped` 0.
         """
         a, ro = self.algo, step.rollout
         device = ro.input_ids.device
         opt.optimizer.zero_grad()
         rows = step.rows_of(groups).to(device)  # [b*G] (fewer under a per-prompt budget)
-        total_tokens = step.mask[rows].sum()
-        aggregate = functools.partial(a.loss.part, rows=len(rows), tokens=total_tokens)
+        # the update's rows and loss tokens on every rank: the loss's normalisers (collective)
+        local = torch.stack([torch.tensor(float(len(rows)), device=device), step.mask[rows].sum().float()])
+        total_rows, total_tokens = self.ranks.sum(local).unbind()
+        scale = float(self.ranks.world)  # the strategies average gradients over ranks
+        aggregate = functools.partial(a.loss.part, rows=int(total_rows), tokens=total_tokens)
         chunk_loss = functools.partial(chunk_loss_lib.chunk_loss, policy, self.scorer, self.objective,
                                        a.engine_correction, step)
         parts, nonfinite = [], 0
         for chunk in self.scorer.chunks(policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
-            if len(chunk) == 0 and sharded(policy) and len(rows) > 0:
-                # fewer rows here than another rank's parts: under sharded weights every forward is a
-                # collective, so a stand-in row runs one, weighted 0
-                loss, stats = 0.0 * chunk_loss(rows[:1], beta, aggregate)[0], None
-            elif len(chunk) == 0:  # fewer rows than chunks
-                loss, stats = chunk_loss_lib.zero_loss(policy), None
-            else:
-                loss, stats = chunk_loss(rows[chunk], beta, aggregate, entropy)
+            part, weight = lockstep(rows, chunk)
+            loss, stats = chunk_loss(part, beta, aggregate, entropy and weight > 0)
+            loss = loss * weight
             if not torch.isfinite(loss):
-                nonfinite += 1
-                # the backward still runs (on a zero loss) so that DDP ranks stay in lockstep
-                loss, stats = chunk_loss_lib.zero_loss(policy), None
-            opt.backward(loss)
-            parts.append((loss.detach(), stats))
+                nonfinite += 1  # its backward still runs, so that every rank's collectives pair up
+                stats = None
+            opt.backward(loss * scale)
+            parts.append((loss.detach() if stats is not None else torch.zeros((), device=device),
+                          stats if weight else None))
         grad_norm = gradient_norm(policy)
         finite = bool(torch.isfinite(grad_norm))
-        local = torch.tensor([float(nonfinite > 0 or not finite), float(total_tokens),
-                              float(grad_norm) ** 2 if finite else 0.0], device=device)
+        local = torch.tensor([float(nonfinite > 0 or not finite), float(grad_norm) ** 2 if finite else 0.0,
+                              float(sum(loss for loss, _ in parts))], device=device)
         # one reduce, every rank; the squared norms add up to the whole model's only when sharded
-        bad, tokens, norm_sq = self.ranks.reduce(local, "sum").tolist()
-        skip, empty = bad > 0, tokens == 0
+        bad, norm_sq, loss_sum = self.ranks.reduce(local, "sum").tolist()
+        skip, empty = bad > 0, float(total_tokens) == 0
         if skip:
             log.warning("step %d: non-finite %s; the update is skipped on every rank (weights unchanged)",
                         opt.global_step,
@@ -182,6 +189,7 @@ class PolicyUpdate:
                 clip_gradients_(policy, a.max_grad_norm, norm_sq ** 0.5 if sharded(policy) else None)
             opt.optimizer.step()
             opt.schedule.step()
-        return {"loss": sum(loss for loss, _ in parts), "nonfinite": torch.tensor(float(nonfinite), device=device),
+        return {"loss": torch.tensor(loss_sum, device=device),  # the global batch's
+                "nonfinite": torch.tensor(float(nonfinite), device=device),
                 "skipped": torch.tensor(float(skip), device=device),
                 **merge_stats([st for _, st in parts if st is not None], device)}

@@ -10,7 +10,8 @@ With `algo.micro_batch_rows` set, every chunk is further split into micro-batche
 many rows, each its own forward (and backward, in an update): activation memory then follows the
 micro-batch, not B x G. The loss parts of a split add up to the whole update's loss, so the
 accumulated gradient is the full batch's. The number of micro-batches per chunk is the largest
-over ranks (`reduce_max`), so ranks still run the same number of forwards.
+over ranks (`reduce_max`), so ranks still run the same number of forwards; an empty part runs the
+stand-in row (`update/lockstep.py`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.chunks import CHUNK_WHEN_SAVING_ABOVE, chunk_saving, length_chunks
-from grpo_aug.lean.decode import sharded
 from grpo_aug.lean.forward import packable
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.merge import select_rows, trim
 from grpo_aug.rollout.types import Rollout
+from grpo_aug.update.lockstep import lockstep
 
 
 class Scorer:
@@ -54,12 +55,13 @@ class Scorer:
                                   with_entropy=with_entropy, length_groups=self.length_chunks,
                                   entropy_grad=entropy_grad)
         out = torch.zeros(ro.completion_mask.shape, dtype=torch.float32, device=ro.input_ids.device)  # [N, T]
+        every = torch.arange(len(ro.texts), device=out.device)  # [N]
         for chunk in chunks:
-            if len(chunk):
-                part = trim(select_rows(ro, chunk))
-                out[chunk, : part.completion_mask.shape[1]] = self.logprobs(model, part)
-            elif sharded(model) and len(ro.texts):  # another rank scores a part here: its forward is a collective
-                self.logprobs(model, trim(select_rows(ro, torch.zeros(1, dtype=torch.long, device=out.device))))
+            rows, weight = lockstep(every, chunk)  # an empty part: the stand-in row, its scores discarded
+            part = trim(select_rows(ro, rows))
+            scores = self.logprobs(model, part)  # [c, t]
+            if weight:
+                out[rows, : part.completion_mask.shape[1]] = scores
         return out
 
 
