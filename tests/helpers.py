@@ -180,22 +180,11 @@ class DecisionLog(L.Callback):
 RESUMED_TAGS = ("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/", "curriculum/")
 
 
-def kill_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int) -> tuple[dict, int]:
-    """Run `overrides` whole; run them again SIGKILLed when step `kill_at` starts (right after its
-    checkpoint: checkpoints every `kill_at` steps are the caller's), then resume=auto in the same run
-    directory. Every later point of RESUMED_TAGS must equal the whole run's (1e-5). Returns the
-    whole run's scalars and how many points were compared."""
+def compare_after(tmp_path: Path, kill_at: int) -> tuple[dict, int]:
+    """Every point of RESUMED_TAGS after `kill_at` in the resumed run (cut/) equals the whole
+    run's (1e-5); returns the whole run's scalars and how many points were compared."""
     import pytest
 
-    whole = run_train(tmp_path / "whole", overrides, cache=tmp_path / "cache")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = run_train(tmp_path / "cut", [*overrides, "+callbacks.kill._target_=helpers.KillAt",
-                                          f"+callbacks.kill.step={kill_at}"], cache=tmp_path / "cache")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert (tmp_path / "cut" / "run" / "checkpoints" / f"step-{kill_at}.ckpt").is_file()
-    resumed = run_train(tmp_path / "cut", [*overrides, "resume=auto"], cache=tmp_path / "cache")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resume=auto: continuing from" in resumed.stdout + resumed.stderr
     expected, got = read_scalars(tmp_path / "whole" / "run"), read_scalars(tmp_path / "cut" / "run")
     compared = 0
     for tag, points in expected.items():
@@ -208,6 +197,43 @@ def kill_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int) 
             assert a == pytest.approx(b, abs=1e-5), tag
         compared += len(later)
     return expected, compared
+
+
+def kill_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int) -> tuple[dict, int]:
+    """Run `overrides` whole; run them again SIGKILLed when step `kill_at` starts (right after its
+    checkpoint: checkpoints every `kill_at` steps are the caller's), then resume=auto in the same run
+    directory. Every later point of RESUMED_TAGS must equal the whole run's (1e-5). Returns the
+    whole run's scalars and how many points were compared."""
+    whole = run_train(tmp_path / "whole", overrides, cache=tmp_path / "cache")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = run_train(tmp_path / "cut", [*overrides, "+callbacks.kill._target_=helpers.KillAt",
+                                          f"+callbacks.kill.step={kill_at}"], cache=tmp_path / "cache")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert (tmp_path / "cut" / "run" / "checkpoints" / f"step-{kill_at}.ckpt").is_file()
+    resumed = run_train(tmp_path / "cut", [*overrides, "resume=auto"], cache=tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume=auto: continuing from" in resumed.stdout + resumed.stderr
+    return compare_after(tmp_path, kill_at)
+
+
+def kill_one_rank_resume_and_compare(tmp_path: Path, overrides: list[str], kill_at: int, rank: int
+                                     ) -> tuple[dict, int]:
+    """kill_resume_and_compare for one rank of several: rank `rank` SIGKILLs itself when step
+    `kill_at` starts, the survivor stops with the named message (exit 3, or SIGKILLed by
+    Lightning's launcher right after writing it), and resume=auto continues equal to the whole run."""
+
+    whole = run_train(tmp_path / "whole", overrides, cache=tmp_path / "cache")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    kill = ["+callbacks.kill._target_=helpers.KillRankAt", f"+callbacks.kill.step={kill_at}",
+            f"+callbacks.kill.rank={rank}"]
+    killed = run_train(tmp_path / "cut", [*overrides, *kill], cache=tmp_path / "cache")
+    text = killed.stdout + killed.stderr
+    assert killed.returncode in (3, -signal.SIGKILL), text[-3000:]
+    assert f"rank {rank} (pid" in text and "died" in text and "resume=auto" in text, text[-3000:]
+    resumed = run_train(tmp_path / "cut", [*overrides, "resume=auto"], cache=tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume=auto: continuing from" in resumed.stdout + resumed.stderr
+    return compare_after(tmp_path, kill_at)
 
 
 def make_module(path, reward=None, rollout=None, algo=None, pool=None, selection=None, lora=None, reflect=None,
@@ -248,3 +274,30 @@ def prepared(module, batch):
 
 class SwappedUpdate(PolicyUpdate):
     """A stage swapped in by config (module.update._target_=helpers.SwappedUpdate)."""
+
+
+class FlatOnRank1:
+    """A binary test reward whose groups are flat on rank 1 (0 for every row) and mostly not on
+    rank 0 (1 when the completion has an even number of characters): the zero-std filter leaves
+    rank 1 without a group at every step while rank 0 trains."""
+
+    name = "flat_on_rank1"
+
+    def __call__(self, prompt, completion: str) -> float:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() == 1:
+            return 0.0
+        return float(len(completion) % 2 == 0)
+
+
+class KillRankAt(L.Callback):
+    """Sends `signal` (9: SIGKILL, 19: SIGSTOP) to its own process on rank `rank` when a batch
+    starts at `step`: a rank that dies or freezes while the others carry on."""
+
+    def __init__(self, step: int, rank: int, signal: int = 9) -> None:
+        self.step, self.rank, self.signal = step, rank, signal
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os.kill(os.getpid(), self.signal)
