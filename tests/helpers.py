@@ -301,3 +301,23 @@ class KillRankAt(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step and trainer.global_rank == self.rank:
             os.kill(os.getpid(), self.signal)
+
+
+class RankSamples(L.Callback):
+    """Writes what this rank sampled at each step (its prompts' ids, its first completion, and the
+    engine-vs-trainer log-prob gap of its own rows) to `<out>/samples-rank<R>.json` at the end."""
+
+    def __init__(self, out: str) -> None:
+        self.out, self.seen = Path(out), {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        report = outputs["report"]
+        self.seen[trainer.global_step] = {"ids": [p.id for p in batch],
+                                          "completions": [row["completion"] for row in report.samples],
+                                          "gap": float(outputs["updates"]["logprob_gap"][0])}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        import json
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"samples-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))

@@ -68,6 +68,24 @@ def check_run(cfg: DictConfig) -> None:
         raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
 
 
+def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
+    """The strategy x engine x adapter combinations that cannot run, refused before anything loads
+    (docs/scaling.md has the table of what ran)."""
+    strategy = str(cfg.trainer.get("strategy"))
+    fsdp2, deepspeed = "FSDP2Strategy" in strategy, "DeepSpeed" in strategy or strategy.startswith("deepspeed")
+    vllm = "VLLMEngine" in str(cfg.rollout.engine.get("_target_", ""))
+    if model.lora.merge_on_save and fsdp2:
+        raise ValueError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
+                         "whole model on one rank): merge the saved adapter afterwards (policy/ holds it)")
+    if vllm and deepspeed:
+        raise ValueError("rollout/engine=vllm under trainer=deepspeed: ZeRO-3 partitions the weights the engine is "
+                         "given, and this has never run; use trainer=fsdp (FSDP2) or trainer=ddp with the engine")
+    if vllm and fsdp2 and model.lora.active:
+        raise ValueError("rollout/engine=vllm with model/lora=on under trainer=fsdp: the adapter's delta would be "
+                         "folded from sharded LoRA weights, which has never run; use trainer=ddp with LoRA and "
+                         "vLLM, or full fine-tuning (model/lora=none) under trainer=fsdp")
+
+
 def settings_node(node: DictConfig) -> DictConfig:
     """The rollout group without its nodes that build objects of their own: the prompt selection
     (`rollout/selector`, the feed's), the engine and the reflection."""
@@ -88,9 +106,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     if str(model.name_or_path).endswith(".ckpt"):  # a training checkpoint: its base model, then its weights
         base, weights = checkpoint_policy(model.name_or_path)
         model = dataclasses.replace(model, name_or_path=base, warmup=None)
-    if model.lora.merge_on_save and "FSDP2Strategy" in str(cfg.trainer.get("strategy")):
-        raise ValueError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
-                         "whole model on one rank): merge the saved adapter afterwards (policy/ holds it)")
+    check_scale_out(cfg, model)
     rollout = rollout_settings(cfg.rollout)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")

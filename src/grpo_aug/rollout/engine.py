@@ -18,7 +18,7 @@ compares them with the trainer's).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -128,10 +128,10 @@ class VLLMEngine:
         """Write the policy's current weights into the engine, once per optimizer step."""
         if step == self.synced_step:
             return
-        weights = policy_weights(policy)
         # vLLM's in-place reload: its loaded parameters no longer carry the loaders that
-        # model.load_weights needs
-        self._runner().reload_weights(weights_iterator=iter(weights.items()))
+        # model.load_weights needs. It consumes the stream in order, so under FSDP2 every rank
+        # gathers the same tensor at the same time
+        self._runner().reload_weights(weights_iterator=policy_weights(policy))
         # cached prefixes hold keys and values of the old weights
         self.llm.reset_prefix_cache()
         self.synced_step = step
@@ -161,12 +161,22 @@ class VLLMEngine:
                                 tokenizer.pad_token_id, device)
 
 
-def policy_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights an engine samples with: the policy's own or, for a PEFT adapter, the base
-    model's with each adapter's delta added, out of place (merge_adapter then unmerge_adapter
-    would leave the policy a rounding error off). Names are the base model's."""
+def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The weights an engine samples with, as (name, tensor) in the policy's state_dict order:
+    the policy's own or, for a PEFT adapter, the base model's with each adapter's delta added,
+    out of place (merge_adapter then unmerge_adapter would leave the policy a rounding error off).
+    Names are the base model's.
+
+    Under FSDP2 each parameter is a DTensor shard: it is gathered whole (`full_tensor()`, a
+    collective) only when the consumer asks for it, so one whole tensor exists at a time on top of
+    what the consumer keeps (vLLM's reload assembles a layer from its tensors: at most one decoder
+    layer, given in layer order), never the whole state dict. Every rank must consume the stream
+    to its end, in the same order.
+    """
     if not hasattr(policy, "get_base_model"):
-        return {name: p.detach() for name, p in policy.state_dict().items()}
+        for name, tensor in policy.state_dict().items():
+            yield name, whole(tensor)
+        return
     from peft.tuners.lora import LoraLayer
 
     deltas = {}
@@ -174,11 +184,18 @@ def policy_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
         if isinstance(module, LoraLayer) and not module.merged:
             delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
             deltas[f"{name}.base_layer.weight"] = delta
-    out = {}
     with torch.no_grad():
         for name, tensor in policy.get_base_model().state_dict().items():
             if "lora_" in name:
                 continue
             value = tensor + deltas[name] if name in deltas else tensor
-            out[name.replace(".base_layer", "")] = value.detach()
-    return out
+            yield name.replace(".base_layer", ""), value.detach()
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A weight as one plain tensor: an FSDP2 shard (DTensor) gathered from every rank."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(tensor, DTensor):
+        return tensor.full_tensor().detach()
+    return tensor.detach()
