@@ -145,3 +145,28 @@ def test_the_module_is_one_instantiate_of_its_config_and_a_stage_swaps_by_config
     # the stages hold the run's objects: the DataModule's history and schedule, the rollout's settings
     assert module.feed.history is datamodule.history and module.feed.schedule is datamodule.schedule
     assert module.rollout.settings.group_size == 4 and module.rollout.prompt_pool == datamodule.draw_prompts
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["trainer=deepspeed", "rollout/engine=vllm"], "rollout/engine=vllm under trainer=deepspeed"),
+    (["trainer=fsdp", "rollout/engine=vllm", "model/lora=on"], "rollout/engine=vllm with model/lora=on under "
+                                                                "trainer=fsdp"),
+    (["trainer=fsdp", "model/lora=on", "model.lora.merge_on_save=true"], "merge_on_save=true is not supported"),
+])
+def test_scale_out_combinations_that_cannot_run_are_refused_before_anything_loads(tmp_path, overrides, words,
+                                                                                   monkeypatch):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the refusal")
+
+    monkeypatch.setattr("grpo_aug.pipeline.prepare_model", no_model)
+    with pytest.raises(ValueError, match=words):
+        build_parts(compose_cfg(tmp_path, [*TINY, *overrides]))
+
+
+def test_the_collective_timeout_is_a_config_value_the_strategies_take(tmp_path):
+    import datetime
+
+    for trainer in ("ddp", "fsdp"):
+        cfg = compose_cfg(tmp_path, [f"trainer={trainer}", "trainer.strategy.timeout.seconds=42"])
+        strategy = instantiate(cfg.trainer.strategy)
+        assert strategy._timeout == datetime.timedelta(seconds=42)
