@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from grpo_aug.rank_failure import diagnose, failure_message, process_state
+from grpo_aug.callbacks.rank_watch import diagnose, failure_message, process_state
 from helpers import TINY, kill_one_rank_resume_and_compare, read_scalars, run_train
 
 

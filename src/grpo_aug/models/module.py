@@ -99,18 +99,21 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.models.place(self.device, self.trainer.strategy)
-        if sharded(self.policy) and self.rollout.reflect.active:
+        self._vote_across_ranks()
+        if self.rollout.any_rank is not None and self.rollout.reflect.active:
             raise ValueError("rollout/reflect (hint or prefix) re-samples on some ranks only; it cannot run under "
-                             "sharded weights (trainer=fsdp|deepspeed): use rollout/reflect=none there")
-        self._vote_if_sharded()
+                             "sharded weights (trainer=fsdp|deepspeed) or with a vLLM engine on several ranks: use "
+                             "rollout/reflect=none there")
 
     def on_validation_start(self) -> None:
-        self._vote_if_sharded()  # the step-0 baseline and mode=eval run before (or without) fit
+        self._vote_across_ranks()  # the step-0 baseline and mode=eval run before (or without) fit
 
-    def _vote_if_sharded(self) -> None:
-        """Under sharded weights every forward is a collective: ranks decide decode steps and refill
-        rounds together."""
-        self.rollout.any_rank = self.ranks.any if sharded(self.policy) else None
+    def _vote_across_ranks(self) -> None:
+        """Under sharded weights every forward is a collective, and with an engine on every rank
+        (vLLM's external launcher) the engines share one world: ranks decide decode steps, refill
+        rounds and held-out padding batches together, so each makes the same calls."""
+        together = sharded(self.policy) or (self.rollout.engine.external and self.ranks.world > 1)
+        self.rollout.any_rank = self.ranks.any if together else None
 
     @property
     def generator(self) -> torch.Generator:

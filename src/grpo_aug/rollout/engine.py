@@ -44,6 +44,22 @@ class HFEngine:
                         all_done=all_done, knobs=knobs)
 
 
+def one_engine_per_rank() -> dict:
+    """The engine's launcher settings under several trainer ranks: vLLM's `external_launcher`
+    (TRL's colocated mode), which takes this process's rank and device from the environment, so
+    each rank's engine sits on the rank's own device (cuda:LOCAL_RANK) with tensor parallel size 1.
+    Lightning's launcher sets LOCAL_RANK but not RANK and WORLD_SIZE: they are filled in here.
+    One process: vLLM's own in-process executor."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return {}
+    os.environ.setdefault("RANK", str(dist.get_rank()))
+    os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
+    os.environ.setdefault("LOCAL_RANK", str(dist.get_rank()))
+    return {"distributed_executor_backend": "external_launcher"}
+
+
 def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                      logprobs: Sequence[Sequence[float]] | None, temperatures: torch.Tensor, texts: list[str],
                      finished: Sequence[bool], pad_id: int, device: torch.device | str = "cpu") -> Rollout:
@@ -115,7 +131,8 @@ class VLLMEngine:
             self.llm = LLM(model=name_or_path, tokenizer=name_or_path, dtype=self.dtype, seed=seed,
                            gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
                            enable_prefix_caching=True, enforce_eager=self.enforce_eager,
-                           enable_chunked_prefill=self.chunked_prefill, logprobs_mode="processed_logprobs")
+                           enable_chunked_prefill=self.chunked_prefill, logprobs_mode="processed_logprobs",
+                           **one_engine_per_rank())
         finally:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
