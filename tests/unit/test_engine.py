@@ -1,6 +1,7 @@
 """Rollout engines: the hf engine's own log-probs agree with the trainer's; a Rollout built from
 token id lists keeps the padding conventions; the vLLM engine's request and result handling,
-checked against a stand-in for the vllm package (the real engine runs in tests/with_vllm, on CUDA under scripts/gpu_check.sh)."""
+checked against a stand-in for the vllm package (the real engine runs in tests/with_vllm, on CUDA
+under scripts/gpu_check.sh)."""
 
 import sys
 import types
