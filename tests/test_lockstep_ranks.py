@@ -212,7 +212,7 @@ def test_two_ranks_with_different_data_reach_the_same_collectives_and_update_as_
     monkeypatch.setenv("LOCKSTEP_MODEL", str(tiny_model_dir))
     policy = load_policy(str(tiny_model_dir)).to(DEVICE)
     reference = load_policy(str(tiny_model_dir)).to(DEVICE).eval().requires_grad_(False)
-    before = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    before = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
     whole = _to(_groups(torch.load(data, weights_only=False), ORDER.get(case, [0, 1, 2, 3])), DEVICE)
     loss = _update(policy, reference, whole,
                    Ranks(types.SimpleNamespace(_trainer=None)), over, lambda x: x.backward())
