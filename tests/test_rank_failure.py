@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from grpo_aug.callbacks.rank_watch import diagnose, failure_message, process_state
+from grpo_aug.callbacks.rank_watch import diagnose, failure_message, is_collective_failure, process_state
 from helpers import ACCELERATOR, TINY, kill_one_rank_resume_and_compare, read_scalars, run_train
 
 
@@ -79,6 +79,18 @@ def test_the_message_says_step_checkpoint_and_resume(tmp_path):
     assert "rank 1" in message and "died" in message
     assert f"the last checkpoint is {tmp_path / 'checkpoints' / 'step-4.ckpt'}" in message
     assert "resume=auto" in message and "exit 3" in message
+
+
+def test_only_the_backends_errors_count_as_a_peer_gone():
+    import torch.distributed as dist
+
+    reset = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:22933: "
+                         "Connection reset by peer")
+    assert is_collective_failure(reset, world=2)
+    assert is_collective_failure(dist.DistBackendError("Watchdog caught collective operation timeout"), world=2)
+    assert not is_collective_failure(reset, world=1)  # one process has no peer to lose
+    assert not is_collective_failure(RuntimeError("the reward server timed out"), world=2)
+    assert not is_collective_failure(ValueError("gloo"), world=2)
 
 
 RUN = ["debug=fast", *TINY, "reward=similarity", "trainer.max_steps=8", "trainer.val_check_interval=4",

@@ -36,17 +36,20 @@ from grpo_aug.resume import latest_checkpoint
 log = logging.getLogger(__name__)
 
 EXIT_RANK_FAILURE = 3  # the process exit status after a rank stopped responding
-# the backend's words for a peer that went away or never answered (gloo, NCCL, the c10d store)
-SIGNS = ("connection reset", "connection closed", "timed out", "timeout", "broken pipe", "recv", "nccl", "gloo",
-         "socket", "peer")
+# a RuntimeError from the collective backends names them (gloo's carry their source path); a
+# reward's or an engine's own error does not, and is raised as itself
+SIGNS = ("gloo", "nccl", "c10d", "processgroup", "connection reset by peer")
 _reported = threading.Event()  # one message per process, whichever side notices first
 
 
 
 
-def is_collective_failure(err: BaseException) -> bool:
-    """Did a collective fail because a peer went away or never answered?"""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+def is_collective_failure(err: BaseException, world: int | None = None) -> bool:
+    """Did a collective fail because a peer went away or never answered? (world: the number of
+    ranks, torch.distributed's by default)"""
+    if world is None:
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world == 1:
         return False
     if isinstance(err, dist.DistError):
         return True
