@@ -111,7 +111,7 @@ def main() -> int:
             ok, tail = False, [f"timed out after {min(timeout, left):.0f} s"]
         failed += not ok
         figures = [line for line in tail if line.startswith("{")]
-        detail = figures[-1] if ok and figures else (tail[-1] if tail else "")
+        detail = figures[-1] if figures else (tail[-1] if tail else "")
         print(f"{'PASS' if ok else 'FAIL'}  {name} ({time.time() - start:.0f} s): {detail[:400]}", flush=True)
         if not ok:
             print("\n".join("    " + line for line in tail[-25:]), flush=True)
