@@ -29,6 +29,15 @@ TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_
         "model.tiny.intermediate_size=64"]
 
 
+def free_port() -> int:
+    """A free localhost port for a test's own process group."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def compose_cfg(tmp_path: Path, overrides: list[str]):
     """The real train.yaml with run paths pointed into tmp_path (no Hydra run, so no ${hydra:})."""
     paths = [f"paths.root_dir={ROOT}", f"paths.output_dir={tmp_path}/run", f"paths.cache_dir={tmp_path}/cache"]

@@ -6,14 +6,13 @@ micro-batches."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import TINY, all_finite, read_scalars, run_train
+from helpers import TINY, all_finite, free_port, read_scalars, run_train
 
 STEPS, ROWS, T = 3, 8, 6
 # float32 sums in another order (two shards, a reduce-scatter): ~1e-7 relative per step. Adam
@@ -90,19 +89,13 @@ def _worker(rank, port, path, out):
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_two_rank_fsdp2_update_equals_one_process_over_the_same_global_batch(tiny_model_dir, tmp_path):
     from grpo_aug.models.loading import load_policy
 
     ctx = mp.get_context("spawn")
     out = str(tmp_path / "sharded.pt")
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, str(tiny_model_dir), out)) for r in range(2)]
     for p in procs:
         p.start()

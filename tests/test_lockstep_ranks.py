@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import types
 
 import pytest
@@ -25,7 +24,7 @@ import torch.multiprocessing as mp
 
 from grpo_aug.algo.aggregate import TokenMean
 from grpo_aug.algo.settings import AlgoSettings
-from helpers import DEVICE, ON_GPU
+from helpers import DEVICE, ON_GPU, free_port
 
 G = 4
 LR = 0.5
@@ -156,12 +155,6 @@ def _worker(rank, port, model_dir, data, case, out):
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _global_batch(model_dir, rank1_rewards, path):
     """The real rollout of 4 easy prompts, G rows each, with the rewards set by hand (binary)."""
     from grpo_aug.data.synthetic import SyntheticArithmetic
@@ -195,7 +188,7 @@ def test_two_ranks_with_different_data_reach_the_same_collectives_and_update_as_
     assert sampled.informative.tolist() == [True, True] + [r[0] != r[1] or len(set(r)) > 1 for r in rank1]
 
     ctx = mp.get_context("spawn")
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, str(tiny_model_dir), data, case, out)) for r in range(2)]
     for p in procs:
         p.start()

@@ -5,27 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, TINY, all_finite, read_scalars
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import ROOT, TINY, all_finite, free_port, read_scalars
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", [["trainer=ddp"], ["trainer=fsdp", "trainer.precision=32-true"]],
                          ids=["ddp", "fsdp2"])
 def test_two_torchrun_nodes_agree_on_every_decision_and_one_writes(tmp_path, trainer):
-    port = _free_port()
+    port = free_port()
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT / "tests"),
                                                                           os.environ.get("PYTHONPATH", "")]))

@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch.distributed as dist
 
+from grpo_aug.distributed import rank_world
 from grpo_aug.resume import latest_checkpoint
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,10 @@ SIGNS = ("gloo", "nccl", "c10d", "processgroup", "connection reset by peer")
 _reported = threading.Event()  # one message per process, whichever side notices first
 
 
-
-
 def is_collective_failure(err: BaseException, world: int | None = None) -> bool:
     """Did a collective fail because a peer went away or never answered? (world: the number of
     ranks, torch.distributed's by default)"""
-    if world is None:
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    if world == 1:
+    if (rank_world()[1] if world is None else world) == 1:
         return False
     if isinstance(err, dist.DistError):
         return True
@@ -124,7 +121,7 @@ def report(run_dir: Path, me: int, step: int, cause: str) -> None:
     if _reported.is_set():
         return
     _reported.set()
-    ranks, message = failure_message(run_dir, me, step, cause)
+    _, message = failure_message(run_dir, me, step, cause)
     log.error(message)
     print(message, file=sys.stderr, flush=True)
     host = socket.gethostname()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from grpo_aug.distributed import rank_world
 from grpo_aug.rollout.knobs import Knobs
 from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.types import Rollout
@@ -50,13 +51,11 @@ def one_engine_per_rank() -> dict:
     each rank's engine sits on the rank's own device (cuda:LOCAL_RANK) with tensor parallel size 1.
     Lightning's launcher sets LOCAL_RANK but not RANK and WORLD_SIZE: they are filled in here.
     One process: vLLM's own in-process executor."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    rank, world = rank_world()
+    if world == 1:
         return {}
-    os.environ.setdefault("RANK", str(dist.get_rank()))
-    os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
-    os.environ.setdefault("LOCAL_RANK", str(dist.get_rank()))
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(world))
     return {"distributed_executor_backend": "external_launcher"}
 
 

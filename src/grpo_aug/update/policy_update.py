@@ -88,7 +88,7 @@ class PolicyUpdate:
         counted = valid[groups][present]  # [B*G]
         empty = len(rows) == 0
         if empty:  # no group entered here: the stand-in row, no loss token, pairs this rank's forwards with others'
-            rows, counted = stand_in(), torch.zeros(1, dtype=torch.bool, device=valid.device)  # [1]
+            rows, counted = stand_in(valid.device), torch.zeros(1, dtype=torch.bool, device=valid.device)  # [1]
         ro = sampled.rollout if len(rows) == len(sampled.rollout.texts) else select_rows(sampled.rollout, rows)
 
         # which tokens carry loss: padding, truncation, scaffolding, repeats, left-out rows
@@ -164,12 +164,11 @@ class PolicyUpdate:
             part, weight = lockstep(rows, chunk)
             loss, stats = chunk_loss(part, beta, aggregate, entropy and weight > 0)
             loss = loss * weight
-            if not torch.isfinite(loss):
-                nonfinite += 1  # its backward still runs, so that every rank's collectives pair up
-                stats = None
-            opt.backward(loss * scale)
-            parts.append((loss.detach() if stats is not None else torch.zeros((), device=device),
-                          stats if weight else None))
+            finite = bool(torch.isfinite(loss))
+            nonfinite += not finite
+            opt.backward(loss * scale)  # a non-finite one too, so that every rank's collectives pair up
+            parts.append((loss.detach() if finite else torch.zeros((), device=device),
+                          stats if finite and weight else None))
         grad_norm = gradient_norm(policy)
         finite = bool(torch.isfinite(grad_norm))
         local = torch.tensor([float(nonfinite > 0 or not finite), float(grad_norm) ** 2 if finite else 0.0,
