@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from grpo_aug.pipeline import evaluate, train
 from grpo_aug.preflight import preflight
+from grpo_aug.quiet import quiet_defaults
 
 
 def train_mode(cfg: DictConfig) -> int:
@@ -32,6 +33,7 @@ MODES = {"train": train_mode, "preflight": preflight, "eval": eval_mode}
 def main(cfg: DictConfig) -> None:
     if cfg.mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {cfg.mode!r}")
+    quiet_defaults(cfg.verbose)
     status = MODES[cfg.mode](cfg)
     if status:
         sys.exit(status)

@@ -80,7 +80,6 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     import functools
 
     import lightning as L
-    from torch.utils.data import DataLoader
 
     import grpo_aug.rollout.engine as engine_lib
     import grpo_aug.update.scoring as scoring_lib
@@ -93,6 +92,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from grpo_aug.models.optimization import Optimization
     from grpo_aug.models.policy import PolicyModels
     from grpo_aug.prompts import PromptFeed
+    from grpo_aug.prompts.datamodule import FixedBatches
     from grpo_aug.rewards import RewardFunction, RewardSet
     from grpo_aug.rollout.groups import GroupRollout
     from grpo_aug.rollout.settings import RolloutSettings
@@ -165,7 +165,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[clock, SampleHealth(every_n_steps=1), After()])
-    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
+    trainer.fit(module, datamodule=FixedBatches(batches))
     with tempfile.TemporaryDirectory() as tmp:
         trainer.save_checkpoint(Path(tmp) / "last.ckpt")
         checkpoint_mb = (Path(tmp) / "last.ckpt").stat().st_size / 2**20

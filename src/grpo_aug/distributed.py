@@ -5,6 +5,8 @@ feed's outcomes, checkpointed per-rank state)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -13,6 +15,15 @@ def rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def launch_rank() -> int:
+    """This process's global rank as its launcher set it (torchrun, Lightning's DDP launcher), known
+    before torch.distributed starts: 0 in a single process."""
+    for name in ("RANK", "LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
 
 
 def gather_per_rank(state: object) -> list:

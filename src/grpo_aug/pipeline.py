@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_aug.callbacks import SampleHealth
+from grpo_aug.callbacks import Alerts, SampleHealth
+from grpo_aug.callbacks.run_record import RunRecord
+from grpo_aug.dashboard import custom_scalar_layout, plot_health
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
@@ -29,6 +32,7 @@ from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.prompts.pass_rate import retier_by_pass_rate
 from grpo_aug.resume import latest_checkpoint, read_checkpoint
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.summary import build_summary, summary_text, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +124,9 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
                              updates_per_batch=algo.updates_per_rollout)
     datamodule.setup("fit")
 
+    began = time.monotonic()
     path = prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
+    warmup_seconds = time.monotonic() - began
     # the run-time pieces go in as objects; the rollout settings as their config (a dataclass object
     # would be turned into a config by the merge)
     module = instantiate_unwrapped(
@@ -136,6 +142,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     if getattr(datamodule.source, "tiers", None) == "pass_rate":
         retier_by_pass_rate(functools.partial(module.pass_rates, max_new_tokens=rollout.max_new_tokens, seed=cfg.seed),
                             datamodule)
+    module.warmup_seconds = warmup_seconds
     return module, datamodule, callbacks
 
 
@@ -148,6 +155,8 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, GRPOModule, L.LightningDataModule
         for logger in trainer.loggers:
             if not isinstance(logger, TensorBoardLogger | CSVLogger):
                 logger.log_hyperparams(params)
+            if isinstance(logger, TensorBoardLogger):  # CUSTOM SCALARS: the first page (dashboard.CHARTS)
+                logger.experiment.add_custom_scalars(custom_scalar_layout())
     return trainer, module, datamodule
 
 
@@ -170,6 +179,7 @@ def resume_from(cfg: DictConfig) -> str | None:
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
+    began = time.monotonic()
     # each checkpoint holds the weights after the step's updates, which is what resuming needs;
     # Lightning warns about manual optimization regardless
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
@@ -180,7 +190,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     # the step-interval checkpoint misses a last step that is not a multiple of its interval
-    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    # weights_only=False: a full checkpoint (optimizer, loops, callbacks, the run's rollout and feed
+    # state) that resume=auto continues from; reading it back stays weights_only=True
+    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
     weights = full_state_dict(module.policy)  # every rank: under FSDP2 gathering the weights is a collective
     if trainer.is_global_zero:
         out = save_pretrained_dir(module.policy, module.tokenizer, Path(cfg.paths.output_dir) / "policy", weights)
@@ -192,7 +204,24 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     final = {**metrics, **module.last_eval, **final_health(trainer)}
     log_final_hparams(trainer, cfg, final)
+    if trainer.is_global_zero:
+        report_run(trainer, module, Path(cfg.paths.output_dir), time.monotonic() - began)
     return final
+
+
+def report_run(trainer: L.Trainer, module: GRPOModule, run_dir: Path, seconds: float) -> dict:
+    """The end-of-run summary: printed, <run>/summary.json, and the first page as <run>/health.png."""
+    record = next((c for c in trainer.callbacks if isinstance(c, RunRecord)), RunRecord())
+    alerts = next((c.counts for c in trainer.callbacks if isinstance(c, Alerts)), {})
+    tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
+    plot = plot_health(run_dir, run_dir / "health.png") if tensorboard else None
+    times = {"total": seconds, "warmup": getattr(module, "warmup_seconds", 0.0), "grpo": record.train_seconds,
+             "evaluation": record.eval_seconds}
+    summary = build_summary(run_dir, record.evaluations, times, trainer.global_step, module.feed.flat_rows_frac(),
+                            alerts, tensorboard, plot)
+    write_summary(summary)
+    log.info("%s", summary_text(summary))
+    return summary
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

@@ -4,7 +4,6 @@ import functools
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 import grpo_aug.update.policy_update as update_lib
 from grpo_aug.algo.loss import policy_loss
@@ -13,6 +12,7 @@ from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.run_counts import NonFiniteTraining
+from grpo_aug.prompts.datamodule import FixedBatches
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.update.chunk_loss import chunk_loss
@@ -36,7 +36,7 @@ def fit_batches(module, batches, callbacks=()):
     trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[capture, *callbacks])
-    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
+    trainer.fit(module, datamodule=FixedBatches(batches))
     return capture.outputs
 
 

@@ -94,9 +94,6 @@ class GRPOModule(L.LightningModule):
         total = self.trainer.max_steps if self._trainer is not None else 0
         return self.optimization.build((p for p in self.policy.parameters() if p.requires_grad), total)
 
-    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
-        return batch  # prompt records are text; the rollout tokenises them on the model's device
-
     def on_fit_start(self) -> None:
         self.models.place(self.device, self.trainer.strategy)
         self._vote_across_ranks()

@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.distributed import launch_rank
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
+from grpo_aug.progress import Progress, attach_to_console
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,9 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1))),
     )
     rng = random.Random(seed)
+    log.info("supervised warm-up: %d steps on %d demonstrations (cached afterwards in %s)", steps, len(pool), out)
+    attach_to_console()
+    progress = Progress("warm-up", steps, enabled=launch_rank() == 0)
     for step in range(steps):
         ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -98,6 +103,6 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 50 == 0 or step == steps - 1:
-            log.info("supervised warm-up step %d/%d: loss %.4f", step + 1, steps, loss.item())
+        progress.update(step + 1, loss=f"{loss.item():.4f}")
+    progress.close()
     return save_pretrained_dir(model, tokenizer, out)

@@ -65,7 +65,27 @@ def split_heldout(records: list[Prompt], per_bucket: int, seed: int) -> tuple[li
     return train, heldout
 
 
-class PromptDataModule(L.LightningDataModule):
+class RecordData(L.LightningDataModule):
+    """Batches of prompt records. The transfer hook lives here, with the batches' type: records are
+    frozen text dataclasses that Lightning's default transfer cannot copy, and the rollout
+    tokenises them on the model's device itself."""
+
+    def transfer_batch_to_device(self, batch: list[Prompt], device, dataloader_idx: int) -> list[Prompt]:
+        return batch
+
+
+class FixedBatches(RecordData):
+    """Given batches of records, trained in order (unit tests and benchmarks that script the data)."""
+
+    def __init__(self, batches: list[list[Prompt]]) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, collate_fn=_collate)
+
+
+class PromptDataModule(RecordData):
     def __init__(
         self,
         source: PromptSource,

@@ -86,6 +86,9 @@ class PromptFeed:
         values.update({f"curriculum/moved/{k}": float(v) for k, v in self.selection.history.moved.items()})
         return values
 
+    def flat_rows_frac(self) -> float | None:
+        return self.selection.flat_rows_frac()
+
     def state_dict(self) -> dict:
         return self.selection.state_dict()  # the same on every rank
 

@@ -85,6 +85,7 @@ class PromptSelection:
         self.window = dict.fromkeys(("considered", "skipped", "audited", "audited_flat", "passed_flat", "rows",
                                      "flat_rows"), 0)
         self.tokens_total = 0
+        self.rows_total = self.flat_rows_total = 0  # the whole run's, for its summary
 
     def pick(self, batch: list[Prompt], step: int, score: Score | None = None) -> Picked:
         """The prompts to roll out; `score` measures the policy's likelihood of their references
@@ -173,6 +174,8 @@ class PromptSelection:
             self.predictor.learn(o.length, o.bucket, record, step, o.flat, o.reference)
             self.window["rows"] += o.rows
             self.window["flat_rows"] += o.rows * o.flat
+            self.rows_total += o.rows
+            self.flat_rows_total += o.rows * o.flat
             if o.audited:
                 self.window["audited"] += 1
                 self.window["audited_flat"] += o.flat
@@ -198,12 +201,20 @@ class PromptSelection:
         return values
 
     def state_dict(self) -> dict:
-        return {"selector": self.predictor.state_dict(), "window": dict(self.window), "tokens_total": self.tokens_total}
+        return {"selector": self.predictor.state_dict(), "window": dict(self.window), "tokens_total": self.tokens_total,
+                "rows_total": self.rows_total, "flat_rows_total": self.flat_rows_total}
 
     def load_state_dict(self, state: dict) -> None:
         self.predictor.load_state_dict(state["selector"])
         self.window = dict(state["window"])
         self.tokens_total = int(state["tokens_total"])
+        # checkpoints from before the run totals existed resume with them counted from here
+        self.rows_total = int(state.get("rows_total", 0))
+        self.flat_rows_total = int(state.get("flat_rows_total", 0))
+
+    def flat_rows_frac(self) -> float | None:
+        """Rows rolled out in groups that came out flat / rows rolled out, over the whole run."""
+        return self.flat_rows_total / self.rows_total if self.rows_total else None
 
 
 class RankedSelection(PromptSelection):
