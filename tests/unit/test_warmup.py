@@ -1,8 +1,14 @@
-import torch
+import shutil
 
+import torch
+from safetensors.torch import load_file, save_file
+
+import grpo_aug.models.warmup as warmup_lib
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.loading import load_tokenizer
-from grpo_aug.models.warmup import off_by_one, sft_batch
+from grpo_aug.models.settings import WarmupSettings
+from grpo_aug.models.tiny import build_tiny_model
+from grpo_aug.models.warmup import model_key, off_by_one, sft_batch, supervised_warmup
 
 
 def _p(answer, solution):
@@ -29,3 +35,52 @@ def test_sft_batch_trains_on_solution_and_eos_only(tiny_model_dir):
         assert labels[i, n - 1] == tok.eos_token_id
         assert (labels[i, n:] == -100).all()
     assert torch.equal(ids[0, :prompt_len], ids[1, :prompt_len])
+
+
+def _records():
+    from grpo_aug.data.synthetic import SyntheticArithmetic
+
+    return [r for r in SyntheticArithmetic(size_per_bucket=20, seed=0).load() if r.bucket == "easy"]
+
+
+WARMUP = WarmupSettings(steps=3, lr=1e-3, batch_size=4, buckets=("easy",), off_by_one=0.5)
+
+
+def test_a_copied_cache_is_reused_without_rebuilding(tmp_path, monkeypatch):
+    # the tiny model and its warm-up built in one cache folder, then the folder copied elsewhere (a
+    # moved checkout, another paths.cache_dir): the copy's warm-up is found under the same name
+    first = tmp_path / "a" / "cache"
+    base = build_tiny_model(first, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    built = supervised_warmup(base, _records(), first, WARMUP, seed=0)
+    moved = tmp_path / "b" / "elsewhere"
+    shutil.copytree(first, moved)
+    first_files = {p.relative_to(first): p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    shutil.rmtree(tmp_path / "a")  # nothing may point back at the old place
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the warm-up was rebuilt")
+
+    monkeypatch.setattr(warmup_lib, "load_policy", no_training)
+    base_moved = build_tiny_model(moved, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    assert base_moved.parent == moved
+    reused = supervised_warmup(base_moved, _records(), moved, WARMUP, seed=0)
+    assert reused == moved / built.name
+    assert {p.relative_to(moved): p.read_bytes() for p in moved.rglob("*") if p.is_file()} == first_files
+
+
+def test_the_warmup_key_follows_content_not_paths(tmp_path):
+    one = build_tiny_model(tmp_path / "one", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    two = build_tiny_model(tmp_path / "two", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    other_seed = build_tiny_model(tmp_path / "three", hidden_size=32, num_layers=2, num_heads=2,
+                                  intermediate_size=64, seed=1)
+    assert model_key(one) == model_key(two)  # a rebuild writes the same bytes
+    assert model_key(one) != model_key(other_seed)  # other weights, other key
+    assert model_key("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    # one weight changed by a tiny amount changes the key
+    weights = one / "model.safetensors"
+    tensors = load_file(weights)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    assert model_key(one) != model_key(two)

@@ -6,8 +6,9 @@ demonstrations: a share `off_by_one` of them carry a final result that is one to
 last calculator step and the '#### N' line), the kind of systematic error that imperfect
 human or model-written solutions have. A policy imitating them is often confidently wrong
 in a consistent way; only a reward signal can tell it which of its habits is right, which is
-what GRPO has to do afterwards. The result is cached under outputs/cache, keyed by
-everything that determines it, so repeated runs skip it.
+what GRPO has to do afterwards. The result is cached under outputs/cache, keyed by the
+content of everything that determines it (the base model's files, the demonstrations, the
+settings), never by a path: a moved checkout or a copied cache is reused as it is.
 """
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch
     return ids, attn, lab
 
 
+def model_key(name_or_path: str | Path) -> str:
+    """A local model directory by the content of its files (config, weights, tokenizer), read in
+    1 MiB blocks; a hub id by its name (a hub id names one model)."""
+    root = Path(name_or_path)
+    if not root.is_dir():
+        return str(name_or_path)
+    digest = hashlib.sha1()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0")
+        with f.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    return "content:" + digest.hexdigest()
+
+
 def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache_dir: str | Path,
                       settings: WarmupSettings, seed: int = 0) -> Path:
     """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir."""
@@ -73,7 +89,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     noise = random.Random(f"{seed}-off-by-one")
     pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r for r in pool]
     data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
-    spec = dict(base=str(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
+    spec = dict(base=model_key(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
                 schedule="cosine")
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(cache_dir) / f"warmup-{key}"
