@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -56,7 +55,7 @@ def _commands(lines: list[str], where: str) -> list[tuple[str, list[str]]]:
 
 
 def readme_examples() -> list[tuple[str, list[str]]]:
-    lines, block, inside = (ROOT / "README.md").read_text().splitlines(), [], False
+    lines, block, inside, first = (ROOT / "README.md").read_text().splitlines(), [], False, 0
     examples = []
     for i, line in enumerate(lines, 1):
         if line.startswith("```"):

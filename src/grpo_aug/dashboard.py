@@ -20,8 +20,9 @@ CHARTS = [
     ("group reward mean and within-group std", ["health/reward_mean", "health/reward_std"]),
     ("effective-token ratio (loss tokens / generated)", ["health/effective_token_ratio"]),
     ("KL to the reference, mean per token", ["health/kl_mean"]),
-    ("completion length and polarisation (p90/p10)", ["health/completion_length_mean",
-                                                       "health/length_polarisation"]),
+    ("completion length: mean, p10, p90 (apart: polarised)", ["health/completion_length_mean",
+                                                                "health/completion_length_p10",
+                                                                "health/completion_length_p90"]),
     ("flat rows: rolled out in groups with no reward spread", ["rollout/flat_rows_frac", "health/zero_std_frac"]),
 ]
 

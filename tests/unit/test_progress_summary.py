@@ -77,7 +77,8 @@ def test_a_log_record_clears_the_line_first():
     line = Progress("GRPO", 3, stream=out)
     line.update(1)
     progress_lib.LineAwareFilter().filter(logging.makeLogRecord({"msg": "hello"}))
-    assert out.getvalue().endswith("GRPO  1/3  33%\r\x1b[2K")
+    drawn, cleared = out.getvalue().rsplit("\r\x1b[2K", 1)
+    assert drawn.startswith("\r\x1b[2KGRPO  1/3  33%") and cleared == ""
     assert Progress.shown is None
 
 
