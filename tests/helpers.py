@@ -81,6 +81,8 @@ def read_events(run_dir: Path) -> dict[str, dict]:
         for tag in acc.Tags()["histograms"]:
             out["histograms"].setdefault(tag, []).extend((e.step, e.histogram_value.num) for e in acc.Histograms(tag))
         for tag in acc.Tags()["tensors"]:
+            if acc.SummaryMetadata(tag).plugin_data.plugin_name != "text":
+                continue  # the custom-scalar layout is a tensor too, of serialized protobuf
             for e in acc.Tensors(tag):
                 if e.tensor_proto.string_val:
                     name = tag.removesuffix("/text_summary")  # add_text's own suffix
