@@ -88,3 +88,14 @@ def test_verbose_gives_the_library_output_back(tmp_path):
     result = run_train(tmp_path, ["debug=fast", *TINY, "trainer.max_steps=1", "verbose=true"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "litlogger" in result.stdout + result.stderr
+
+
+def test_quiet_keeps_the_hub_download_bar():
+    # transformers' disable_progress_bar() turns huggingface_hub's bars off too; a download from the
+    # hub can take minutes, so its bar comes back on
+    code = ("from grpo_aug.quiet import quiet_defaults; quiet_defaults()\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "from transformers.utils.logging import is_progress_bar_enabled\n"
+            "print(is_progress_bar_enabled(), are_progress_bars_disabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

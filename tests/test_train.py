@@ -192,11 +192,14 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
 
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
-    """trainer=ddp runs with two gloo processes on CPU and logs from rank 0."""
+    """trainer=ddp runs with two gloo processes on CPU and logs and prints from rank 0."""
     result = run_train(tmp_path, ["debug=fast", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
                                   *ACTING])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Starting with 2 processes" in result.stderr + result.stdout
+    out = result.stderr + result.stdout
+    assert "Starting with 2 processes" in out
+    # one progress line and one summary: rank 0's (off a terminal the line is logged at the last step)
+    assert out.count("GRPO  4/4  100%") == 1 and out.count("run summary: 4 GRPO steps") == 1, out[-3000:]
     scalars = read_scalars(tmp_path / "run")
     assert all_finite(scalars["health/reward_std"]) and all_finite(scalars["eval/accuracy/easy"])
 

@@ -3,7 +3,8 @@ off where it comes from; `verbose=true` leaves every library printing as it does
 
 What is silenced, and why it is harmless here:
 - transformers' per-call bars (`Loading weights`, `Writing model shards`): the tiny model loads in
-  milliseconds, and a run loads and saves models several times;
+  milliseconds, and a run loads and saves models several times (a model download from the hub keeps
+  its bar: that one can take minutes);
 - Lightning's litlogger tip, printed whenever a run has no LitLogger;
 - Lightning's own `_pytree` code calling torch's deprecated `LeafSpec` check (a Lightning matter,
   fixed there, nothing a user can act on);
@@ -33,9 +34,11 @@ def quiet_defaults(verbose: bool = False) -> None:
     """Apply the quiet defaults once per process (a no-op with verbose=True)."""
     if verbose:
         return
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    hub_utils.enable_progress_bars()  # transformers turns the hub's off too: a download keeps its bar
     for name in RANK_ZERO:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropMessages) for f in logger.filters):
