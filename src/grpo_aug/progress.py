@@ -11,6 +11,7 @@ never share a row.
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import time
 from typing import TextIO
@@ -74,7 +75,9 @@ class Progress:
             log.info(self.text())
 
     def draw(self) -> None:
-        self.stream.write("\r\x1b[2K" + self.text())
+        # a line longer than the terminal wraps, and the next redraw would clear only its last row
+        width = shutil.get_terminal_size().columns
+        self.stream.write("\r\x1b[2K" + self.text()[: max(width - 1, 20)])
         self.stream.flush()
         Progress.shown = self
 

@@ -1,5 +1,6 @@
 import io
 import logging
+import os
 
 import pytest
 
@@ -40,6 +41,14 @@ def test_terminal_line_counts_to_the_total_with_rate_and_eta(monkeypatch):
     assert out.getvalue().endswith("\r\x1b[2KGRPO  5/5  100%  2.00 s/step  ETA 0:00  bucket hard  reward 0.50")
     line.close()
     assert out.getvalue().endswith("reward 0.50\n")
+
+
+def test_a_line_wider_than_the_terminal_is_cut(monkeypatch):
+    monkeypatch.setattr(progress_lib.shutil, "get_terminal_size", lambda: os.terminal_size((40, 24)))
+    monkeypatch.setattr(progress_lib.time, "monotonic", Clock(5.0))  # no time passes: 0 s/step
+    out = Terminal()
+    Progress("GRPO", 200, stream=out).update(7, bucket="medium", reward="0.61", eval="@0 easy 0.21 medium 0.35")
+    assert out.getvalue() == "\r\x1b[2K" + "GRPO  7/200  3%  0.00 s/step  ETA 0:00  bucket medium"[:39]
 
 
 def test_a_resumed_line_measures_its_own_steps(monkeypatch):
