@@ -24,7 +24,8 @@ def run_on_terminal(tmp_path, overrides: list[str]) -> tuple[int, str]:
     main, child = pty.openpty()
     args = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}/run",
             f"paths.cache_dir={tmp_path}/cache", *overrides]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=child, stderr=child, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")  # a wide terminal: the line is not cut
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=child, stderr=child, env=env)
     os.close(child)
     chunks = []
     while True:
