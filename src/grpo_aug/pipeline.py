@@ -142,7 +142,9 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     if getattr(datamodule.source, "tiers", None) == "pass_rate":
         retier_by_pass_rate(functools.partial(module.pass_rates, max_new_tokens=rollout.max_new_tokens, seed=cfg.seed),
                             datamodule)
-    module.warmup_seconds = warmup_seconds
+    for callback in callbacks:
+        if isinstance(callback, RunRecord):
+            callback.add_warmup(warmup_seconds)
     return module, datamodule, callbacks
 
 
@@ -215,7 +217,7 @@ def report_run(trainer: L.Trainer, module: GRPOModule, run_dir: Path, seconds: f
     alerts = next((c.counts for c in trainer.callbacks if isinstance(c, Alerts)), {})
     tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
     plot = plot_health(run_dir, run_dir / "health.png") if tensorboard else None
-    times = {"total": seconds, "warmup": getattr(module, "warmup_seconds", 0.0), "grpo": record.train_seconds,
+    times = {"total": seconds, "warmup": record.warmup_seconds, "grpo": record.train_seconds,
              "evaluation": record.eval_seconds}
     summary = build_summary(run_dir, record.evaluations, times, trainer.global_step, module.feed.flat_rows_frac(),
                             alerts, tensorboard, plot)

@@ -129,3 +129,18 @@ def test_summary_time_split_and_text(tmp_path):
     assert "25.0% of the rows" in text and "low_std x2" in text
     quiet = summary_text(build_summary(tmp_path, EVALS, seconds, 200, None, {}, False, None))
     assert "alerts: none fired" in quiet and "tensorboard" not in quiet and "flat rows" not in quiet
+
+
+def test_run_record_resumes_with_the_earlier_processes_seconds_and_evaluations():
+    from grpo_aug.callbacks.run_record import RunRecord
+
+    first = RunRecord()
+    first.add_warmup(300.0)  # built the warm-up
+    first.evaluations = [(0, {"eval/accuracy/easy": 0.2}), (50, {"eval/accuracy/easy": 0.5})]
+    first.eval_seconds, first.train_seconds = 12.0, 100.0
+    state = first.state_dict()
+    resumed = RunRecord()
+    resumed.add_warmup(0.5)  # found it in the cache, before the checkpoint is read
+    resumed.load_state_dict(state)
+    assert resumed.warmup_seconds == 300.5 and resumed.eval_seconds == 12.0 and resumed.train_seconds == 100.0
+    assert resumed.evaluations == first.evaluations

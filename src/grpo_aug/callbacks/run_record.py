@@ -1,6 +1,6 @@
 """What the end-of-run summary needs from the fit: every held-out evaluation (the step-0 baseline
-included) and the seconds spent training and evaluating. Checkpointed, so a resumed run's summary
-covers the whole run, from its first baseline."""
+included) and the seconds spent building the model (tiny model and warm-up), training and
+evaluating. Checkpointed, so a resumed run's summary covers the whole run, from its first baseline."""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ import lightning as L
 class RunRecord(L.Callback):
     def __init__(self) -> None:
         self.evaluations: list[tuple[int, dict[str, float]]] = []  # (optimizer step, eval/* values)
+        self.warmup_seconds = 0.0  # the base model and its warm-up, built or found in the cache
         self.eval_seconds = 0.0
         self.train_seconds = 0.0  # fit's wall time, evaluations inside it excluded
         self.eval_began: float | None = None
         self.train_began: float | None = None
         self.eval_in_fit = 0.0
+
+    def add_warmup(self, seconds: float) -> None:
+        self.warmup_seconds += seconds
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.eval_began = time.monotonic()
@@ -43,9 +47,11 @@ class RunRecord(L.Callback):
         if self.train_began is not None:
             train += time.monotonic() - self.train_began - self.eval_in_fit
         return {"evaluations": [[s, v] for s, v in self.evaluations], "eval_seconds": self.eval_seconds,
-                "train_seconds": train}
+                "train_seconds": train, "warmup_seconds": self.warmup_seconds}
 
     def load_state_dict(self, state: dict) -> None:
         self.evaluations = [(int(s), dict(v)) for s, v in state["evaluations"]]
         self.eval_seconds = float(state["eval_seconds"])
         self.train_seconds = float(state["train_seconds"])
+        # this process's own model build was added before the checkpoint was read
+        self.warmup_seconds += float(state["warmup_seconds"])
