@@ -55,17 +55,15 @@ def _commands(lines: list[str], where: str) -> list[tuple[str, list[str]]]:
 
 
 def readme_examples() -> list[tuple[str, list[str]]]:
-    lines, block, inside, first = (ROOT / "README.md").read_text().splitlines(), [], False, 0
-    examples = []
-    for i, line in enumerate(lines, 1):
+    """The commands of the README's bash blocks; every other line blanked, so line numbers hold."""
+    kept, in_block, bash = [], False, False
+    for line in (ROOT / "README.md").read_text().splitlines():
         if line.startswith("```"):
-            if inside:
-                examples += [(f"README.md:{first + int(w.split(':')[1]) - 1}", a)
-                             for w, a in _commands(block, "README.md")]
-            inside, block, first = not inside and line.strip() == "```bash", [], i + 1
-        elif inside:
-            block.append(line)
-    return examples
+            in_block, bash = not in_block, line.strip() == "```bash"
+            kept.append("")
+        else:
+            kept.append(line if in_block and bash else "")
+    return _commands(kept, "README.md")
 
 
 def conf_examples() -> list[tuple[str, list[str]]]:

@@ -10,7 +10,7 @@ import grpo_aug
 # lowest first; a module may import its own layer and the ones before it
 LAYERS = [
     ["grpo_aug.mathtext", "grpo_aug.answers", "grpo_aug.eventlog", "grpo_aug.resume", "grpo_aug.distributed",
-     "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.dashboard", "grpo_aug.summary"],
+     "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary"],
     ["grpo_aug.algo"],
     ["grpo_aug.lean"],
     ["grpo_aug.data"],
@@ -18,7 +18,7 @@ LAYERS = [
     ["grpo_aug.rollout", "grpo_aug.report"],
     ["grpo_aug.prompts"],
     ["grpo_aug.update"],
-    ["grpo_aug.callbacks", "grpo_aug.models"],
+    ["grpo_aug.callbacks", "grpo_aug.models", "grpo_aug.dashboard"],
     ["grpo_aug.pipeline", "grpo_aug.preflight"],
 ]
 

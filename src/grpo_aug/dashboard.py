@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpo_aug.data.records import BUCKETS
 from grpo_aug.eventlog import read_scalars
 
-BUCKETS = ("easy", "medium", "hard")
 # (chart title, tags): one chart each, in page order
 CHARTS = [
     ("held-out greedy accuracy", [f"eval/accuracy/{b}" for b in BUCKETS]),

@@ -17,13 +17,10 @@ def rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def launch_rank() -> int:
-    """This process's global rank as its launcher set it (torchrun, Lightning's DDP launcher), known
-    before torch.distributed starts: 0 in a single process."""
-    for name in ("RANK", "LOCAL_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
+def first_process() -> bool:
+    """Is this the run's first process, as its launcher set it up (torchrun: RANK; Lightning's
+    launcher: LOCAL_RANK and NODE_RANK), before torch.distributed starts? True in a single process."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def gather_per_rank(state: object) -> list:

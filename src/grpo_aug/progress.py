@@ -47,6 +47,8 @@ class Progress:
         self.last_logged = self.began
         self.done = start
         self.fields: dict[str, str] = {}
+        if self.terminal and enabled:
+            attach_to_console()
 
     def seconds_per_step(self) -> float | None:
         ran = self.done - self.start

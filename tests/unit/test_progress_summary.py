@@ -144,3 +144,18 @@ def test_run_record_resumes_with_the_earlier_processes_seconds_and_evaluations()
     resumed.load_state_dict(state)
     assert resumed.warmup_seconds == 300.5 and resumed.eval_seconds == 12.0 and resumed.train_seconds == 100.0
     assert resumed.evaluations == first.evaluations
+
+
+def test_first_process_reads_the_launchers_variables(monkeypatch):
+    from grpo_aug.distributed import first_process
+
+    for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert first_process()  # a single process
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("NODE_RANK", "1")  # Lightning's launcher, node 1: local rank 0 is not the first
+    assert not first_process()
+    monkeypatch.setenv("NODE_RANK", "0")
+    assert first_process()
+    monkeypatch.setenv("RANK", "3")  # torchrun
+    assert not first_process()

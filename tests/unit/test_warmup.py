@@ -74,6 +74,9 @@ def test_the_warmup_key_follows_content_not_paths(tmp_path):
     other_seed = build_tiny_model(tmp_path / "three", hidden_size=32, num_layers=2, num_heads=2,
                                   intermediate_size=64, seed=1)
     assert model_key(one) == model_key(two)  # a rebuild writes the same bytes
+    (two / ".cache" / "huggingface").mkdir(parents=True)  # download metadata of a --local-dir copy
+    (two / ".cache" / "huggingface" / "model.safetensors.metadata").write_text("etag 1764806400")
+    assert model_key(one) == model_key(two)
     assert model_key(one) != model_key(other_seed)  # other weights, other key
     assert model_key("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
     # one weight changed by a tiny amount changes the key

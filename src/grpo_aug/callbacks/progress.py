@@ -12,7 +12,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
-from grpo_aug.progress import Progress, attach_to_console
+from grpo_aug.progress import Progress
 
 
 class StepProgress(ProgressBar):
@@ -32,10 +32,9 @@ class StepProgress(ProgressBar):
         self.enabled = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        attach_to_console()
         self.line = Progress("GRPO", trainer.max_steps, start=trainer.global_step, log_every_s=self.log_every_s,
                              enabled=self.enabled and trainer.is_global_zero)
-        self.on_validation_end(trainer, pl_module)
+        self.remember_eval(trainer, pl_module)  # the step-0 baseline, or a resumed run's last
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         fields = {}
@@ -50,6 +49,9 @@ class StepProgress(ProgressBar):
         self.line.update(trainer.global_step, **fields)
 
     def on_validation_end(self, trainer, pl_module) -> None:
+        self.remember_eval(trainer, pl_module)
+
+    def remember_eval(self, trainer, pl_module) -> None:
         last = getattr(pl_module, "last_eval", None)
         if last:
             self.eval = eval_text(trainer.global_step, last)

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.distributed import launch_rank
+from grpo_aug.distributed import first_process
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
-from grpo_aug.progress import Progress, attach_to_console
+from grpo_aug.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,15 @@ def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch
 
 def model_key(name_or_path: str | Path) -> str:
     """A local model directory by the content of its files (config, weights, tokenizer), read in
-    1 MiB blocks; a hub id by its name (a hub id names one model)."""
+    1 MiB blocks; a hub id by its name (a hub id names one model). Hidden files and folders are
+    left out: `huggingface-cli download --local-dir` keeps download metadata in `.cache/`."""
     root = Path(name_or_path)
     if not root.is_dir():
         return str(name_or_path)
     digest = hashlib.sha1()
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+    files = [p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in
+                                                                  p.relative_to(root).parts)]
+    for f in sorted(files):
         digest.update(f.relative_to(root).as_posix().encode() + b"\0")
         with f.open("rb") as handle:
             while block := handle.read(1 << 20):
@@ -109,8 +112,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     )
     rng = random.Random(seed)
     log.info("supervised warm-up: %d steps on %d demonstrations (cached afterwards in %s)", steps, len(pool), out)
-    attach_to_console()
-    progress = Progress("warm-up", steps, enabled=launch_rank() == 0)
+    progress = Progress("warm-up", steps, enabled=first_process())
     for step in range(steps):
         ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
