@@ -255,7 +255,7 @@ def kill_one_rank_resume_and_compare(tmp_path: Path, overrides: list[str], kill_
 
 
 def make_module(path, reward=None, rollout=None, algo=None, pool=None, selection=None, lora=None, reflect=None,
-                prompt_format=None, optimizer=None, engine=None, seed: int = 0, **policy):
+                prompt_format=None, optimizer=None, engine=None, seed: int = 0, tools=None, **policy):
     """A GRPOModule on the model at `path` from the stages' own defaults; reward: a RewardSet or
     one per-row function; rollout: RolloutSettings; pool: the refill's prompt pool; policy:
     PolicyModels' keywords (dtype, gradient_checkpointing)."""
@@ -277,7 +277,7 @@ def make_module(path, reward=None, rollout=None, algo=None, pool=None, selection
         policy=PolicyModels(str(path), lora=lora, **policy),
         feed=PromptFeed(selection),
         rollout=GroupRollout(rollout, reward, engine, reflect, algo.overlong_buffer, algo.overlong_penalty,
-                             prompt_format, pool, seed),
+                             prompt_format, pool, seed, tools),
         update=PolicyUpdate(algo, reward.winsorize),
         optimization=Optimization(optimizer or functools.partial(torch.optim.AdamW, lr=1e-3)),
     )

@@ -31,19 +31,21 @@ from grpo_aug.models.sharding import full_state_dict
 from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.prompts.pass_rate import retier_by_pass_rate
 from grpo_aug.resume import latest_checkpoint, read_checkpoint
+from grpo_aug.rollout.groups import check_tools_alone
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.summary import build_summary, summary_text, write_summary
 
 log = logging.getLogger(__name__)
 
 
-def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int) -> str:
-    """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up."""
+def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int, tools=None) -> str:
+    """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up
+    (tools: the rollout's, whose protocol a share of the demonstrations is written in)."""
     path = model.name_or_path
     if path is None:
         path = model.tiny(cache_dir=cache_dir, seed=seed)
     if model.warmup is not None and model.warmup.steps > 0:
-        path = supervised_warmup(path, records, cache_dir, model.warmup, seed)
+        path = supervised_warmup(path, records, cache_dir, model.warmup, seed, tools)
     return str(path)
 
 
@@ -90,10 +92,24 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
                          "vLLM, or full fine-tuning (model/lora=none) under trainer=fsdp")
 
 
+def check_tools(cfg: DictConfig):
+    """rollout/tools, built once to check it (functions import, limits, the combinations that
+    cannot run) before any data or model is loaded."""
+    tools = instantiate_unwrapped(cfg.rollout.tools)
+    if not tools.active:
+        return tools
+    check_tools_alone(True, "NoReflection" not in str(cfg.rollout.reflect.get("_target_", "")))
+    chat = "ChatPrompt" in str(cfg.data.get("prompt_format", {}).get("_target_", ""))
+    if hasattr(tools, "schemas") and not chat:
+        raise ValueError("rollout/tools=functions calls tools through the chat template: use data/prompt_format=chat "
+                         "(a model with a chat template)")
+    return tools
+
+
 def settings_node(node: DictConfig) -> DictConfig:
     """The rollout group without its nodes that build objects of their own: the prompt selection
-    (`rollout/selector`, the feed's), the engine and the reflection."""
-    return OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect")])
+    (`rollout/selector`, the feed's), the engine, the reflection and the tools."""
+    return OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect", "tools")])
 
 
 def rollout_settings(node: DictConfig) -> RolloutSettings:
@@ -112,6 +128,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         model = dataclasses.replace(model, name_or_path=base, warmup=None)
     check_scale_out(cfg, model)
     rollout = rollout_settings(cfg.rollout)
+    tools = check_tools(cfg)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
     answer = instantiate(cfg.answer, _convert_="all")
@@ -125,7 +142,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     datamodule.setup("fit")
 
     began = time.monotonic()
-    path = prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed)
+    path = prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, tools)
     warmup_seconds = time.monotonic() - began
     # the run-time pieces go in as objects; the rollout settings as their config (a dataclass object
     # would be turned into a config by the merge)

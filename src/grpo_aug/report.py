@@ -40,6 +40,11 @@ class StepReport:
     completion_chars: torch.Tensor  # [] completion characters
     ladder: tuple[float, ...]  # the temperature ladder in use (the same on every rank)
     samples: list[dict] = field(default_factory=list)  # a few rows for the TensorBoard text samples
+    # multi-turn rollouts (rollout/tools); None without tools. [R] each, the rows that exist
+    tool_calls: torch.Tensor | None = None  # calls each row made
+    tool_failures: torch.Tensor | None = None  # of them, calls that raised, timed out or were refused
+    tool_tokens: torch.Tensor | None = None  # completion tokens that came from tools
+    row_tokens: torch.Tensor | None = None  # completion tokens, tools' included
 
 
 def text_samples(sampled, groups: torch.Tensor, advantages: torch.Tensor, group_size: int,
@@ -57,4 +62,6 @@ def text_samples(sampled, groups: torch.Tensor, advantages: torch.Tensor, group_
                      "completion": sampled.rollout.texts[b * group_size + g], "reward": sampled.rewards[b, g].item(),
                      "advantage": advantages[position[b] * group_size + g].item() if b in position else 0.0,
                      "temperature": sampled.rollout.temperatures[b * group_size + g].item()})
+        if sampled.rollout.segments is not None:  # a multi-turn transcript: each segment with its role
+            rows[-1]["segments"] = sampled.rollout.segments[b * group_size + g]
     return rows

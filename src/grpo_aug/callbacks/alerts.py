@@ -13,6 +13,7 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     non_finite_loss       an update's loss or gradient norm was NaN/inf (the update was skipped)
     junk_tokens           share of completion characters that are junk (U+FFFD, control characters,
                           letters outside the prompt's script) > max_junk
+    tool_failures         share of the window's tool calls that failed > max_tool_failures (rollout/tools)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from grpo_aug.report import StepReport
 log = logging.getLogger(__name__)
 
 ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss",
-          "junk_tokens")
+          "junk_tokens", "tool_failures")
 
 
 class StepStats(NamedTuple):
@@ -48,6 +49,8 @@ class StepStats(NamedTuple):
     max_temperature: float
     loss_tokens: float = 1.0  # 0: no group entered the update (the KL and token shares are not defined)
     junk: float = 0.0  # share of completion characters that are junk
+    tool_calls: float = 0.0  # tool calls this step (rollout/tools)
+    tool_failures: float = 0.0  # of them, failed
 
 
 def step_stats(report: StepReport) -> torch.Tensor:
@@ -66,6 +69,7 @@ def step_stats(report: StepReport) -> torch.Tensor:
     values = [mean_std(group_stats(rewards, report.counted)), counted_mean(rewards, scored), seen.min(), seen.max(),
               report.kl_mean, effective, polarisation(p10, p90), report.nonfinite, report.temperatures.max(),
               report.loss_tokens, report.junk_chars / report.completion_chars.clamp(min=1)]
+    values += [0.0, 0.0] if report.tool_calls is None else [report.tool_calls.sum(), report.tool_failures.sum()]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -78,6 +82,7 @@ class Thresholds(NamedTuple):
     max_polarisation: float = 8.0
     near_greedy: float = 0.05
     max_junk: float = 0.02
+    max_tool_failures: float = 0.25
 
 
 def low_std_cause(window: Sequence[StepStats], t: Thresholds) -> str:
@@ -128,6 +133,13 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
                                 "outside the prompt's script); likely cause: a tokenizer that does not match the model "
                                 "or decodes byte pieces apart, a wrong chat template, or temperatures so high that "
                                 "sampling leaves the language; look at the text samples")
+    calls = sum(s.tool_calls for s in window)
+    failed = sum(s.tool_failures for s in window) / calls if calls > 0 else 0.0
+    if failed > t.max_tool_failures:
+        fired["tool_failures"] = (f"{failed:.1%} of tool calls failed (raised, timed out or were refused) > "
+                                  f"{t.max_tool_failures:g}; the errors are in the transcripts: look at the text "
+                                  "samples, check the tool on such arguments, or raise "
+                                  "rollout.tools.limits.time_limit_s")
     return fired
 
 

@@ -26,6 +26,10 @@ rollout/refill_rounds             extra rollout rounds the zero-std refill neede
 rollout/refill_exhausted          steps that ended their refill rounds short of data.batch_size groups
 rollout/zero_std_frac             the same as health/zero_std_frac (the rollout view of it)
 rollout/reward_by_temperature/T   mean reward of the rows sampled at temperature T
+tools/call_frequency              rows that called a tool at least once (rollout/tools; absent without)
+tools/calls_per_row               tool calls per row
+tools/failure_frequency           calls that raised, timed out or were refused / calls
+tools/token_share                 per row, the share of its completion tokens that came from tools
 health/reward_mean/<bucket>       mean reward per difficulty bucket, at its own (longer) interval
 Token-weighted metrics (kl, entropy, clip fractions) and |advantage| write no point for a window
 without loss tokens (e.g. every group filtered out as flat): there is nothing to average.
@@ -44,7 +48,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
-from grpo_aug.callbacks.tables import write_sample_tables
+from grpo_aug.callbacks.tables import cell, write_sample_tables
 from grpo_aug.distributed import gather_per_rank
 from grpo_aug.report import StepReport
 from grpo_aug.resume import own_entry
@@ -93,6 +97,13 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
     }
     for name in ("clip_frac", "clip_frac_low", "clip_frac_high"):
         values[f"health/{name}"] = (getattr(report, name), loss_tokens)
+    if report.tool_calls is not None:
+        calls = report.tool_calls.float()  # [R]
+        values["tools/call_frequency"] = (share(calls > 0), rows)
+        values["tools/calls_per_row"] = (calls.mean() if calls.numel() else 0 * one, rows)
+        values["tools/failure_frequency"] = (report.tool_failures.sum() / calls.sum().clamp(min=1), calls.sum())
+        values["tools/token_share"] = ((report.tool_tokens / report.row_tokens.clamp(min=1)).mean()
+                                       if calls.numel() else 0 * one, rows)
     for name in ("refill_rounds", "refill_exhausted"):
         values[f"rollout/{name}"] = (getattr(report, name), one)
     temperatures = report.temperatures.reshape(rewards.shape)  # [N, G]
@@ -285,6 +296,6 @@ def _cell(text: str, limit: int = 300) -> str:
 def samples_markdown(rows: list[dict]) -> str:
     lines = ["| prompt | completion | T | reward | advantage |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {_cell(r['prompt'])} | {_cell(r['completion'])} | {r['temperature']:g} | "
+        lines.append(f"| {_cell(r['prompt'])} | {_cell(cell(r, 'completion'), 600)} | {r['temperature']:g} | "
                      f"{r['reward']:.3f} | {r['advantage']:+.3f} |")
     return "\n".join(lines)

@@ -42,6 +42,11 @@ class ChatPrompt:
         self.system_prompt = system_prompt or None
         self.tokenizer: PreTrainedTokenizerBase | None = None
         self._rendered: dict[tuple[Context, str], str] = {}
+        self.tools: list[dict] | None = None  # JSON schemas the template lists (rollout/tools=functions)
+
+    def with_tools(self, schemas: list[dict]) -> None:
+        """Render every prompt with these tools (the template's `tools=`)."""
+        self.tools, self._rendered = list(schemas), {}
 
     def bind(self, tokenizer: PreTrainedTokenizerBase, where: str = "") -> ChatPrompt:
         """Check the tokenizer has a template; fails before training starts."""
@@ -71,5 +76,5 @@ class ChatPrompt:
         for key in dict.fromkeys(keys):
             if key not in self._rendered:
                 self._rendered[key] = self.tokenizer.apply_chat_template(
-                    self.messages(key[1], key[0]), tokenize=False, add_generation_prompt=True)
+                    self.messages(key[1], key[0]), tokenize=False, add_generation_prompt=True, tools=self.tools)
         return [self._rendered[key] for key in keys]

@@ -22,6 +22,7 @@ import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -45,14 +46,49 @@ def off_by_one(record: Prompt) -> Prompt:
     return dataclasses.replace(record, answer=wrong, solution=f"{head}#### {wrong}")
 
 
-def sft_batch(tokenizer, records: Sequence[Prompt]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ids/attention [N, L] right-padded and labels [N, L] with -100 everywhere but the solution."""
+class Demonstration(NamedTuple):
+    """A prompt and its solution in pieces (text, learned): a tool's output is shown, not learned."""
+
+    prompt: str
+    pieces: tuple[tuple[str, bool], ...]
+
+    @staticmethod
+    def of(record: Prompt) -> Demonstration:
+        return Demonstration(record.prompt, ((record.solution, True),))
+
+    def key(self) -> str:
+        return self.prompt + "".join(text if learned else f"\0given:{text}\0" for text, learned in self.pieces)
+
+
+CALCULATOR_STEP = re.compile(r"<<([^<>=]{1,200})=([^<>=]{1,40})>>\2")
+
+
+def tool_demonstration(record: Prompt, call: str, end: str, result: str) -> Demonstration:
+    """The record's solution with every `<<expr=R>>R` step written as a tool call,
+    `{call}expr{end}` (learned) followed by the tool's answer `result` (shown, not learned)."""
+    pieces, at = [], 0
+    for step in CALCULATOR_STEP.finditer(record.solution):
+        pieces.append((record.solution[at : step.start()] + call + step.group(1) + end, True))
+        pieces.append((result.format(output=step.group(2)), False))
+        at = step.end()
+    pieces.append((record.solution[at:], True))
+    return Demonstration(record.prompt, tuple((t, learned) for t, learned in pieces if t))
+
+
+def sft_batch(tokenizer, records: Sequence[Prompt | Demonstration]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids/attention [N, L] right-padded and labels [N, L] with -100 everywhere but the solution
+    (and, in a tool demonstration, the tool's answers)."""
     rows, labels = [], []
     for r in records:
-        prompt = tokenizer(r.prompt, add_special_tokens=False).input_ids
-        answer = tokenizer(r.solution, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        rows.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
+        demo = r if isinstance(r, Demonstration) else Demonstration.of(r)
+        prompt = tokenizer(demo.prompt, add_special_tokens=False).input_ids
+        answer, learn = [], []
+        for text, learned in demo.pieces:
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            answer += ids
+            learn += ids if learned else [-100] * len(ids)
+        rows.append(prompt + answer + [tokenizer.eos_token_id])
+        labels.append([-100] * len(prompt) + learn + [tokenizer.eos_token_id])
     width = max(len(x) for x in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)  # [N, L]
     lab = torch.full((len(rows), width), -100)  # [N, L]
@@ -83,15 +119,28 @@ def model_key(name_or_path: str | Path) -> str:
 
 
 def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache_dir: str | Path,
-                      settings: WarmupSettings, seed: int = 0) -> Path:
-    """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir."""
+                      settings: WarmupSettings, seed: int = 0, tools=None) -> Path:
+    """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir.
+
+    tools: a text tool protocol (rollout/tools) whose `warmup_share` of the demonstrations is
+    written with tool calls, from the clean record (the calculator writes the result, so the
+    planted slip has no place in it), so that RL has a rare behaviour to reinforce."""
     steps, lr, batch_size = settings.steps, settings.lr, settings.batch_size
     pool = [r for r in records if r.bucket in settings.buckets]
     if not pool:
         raise ValueError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
     noise = random.Random(f"{seed}-off-by-one")
-    pool = [off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r for r in pool]
-    data_key = hashlib.sha1("".join(r.prompt + r.solution for r in pool).encode()).hexdigest()
+    share = getattr(tools, "warmup_share", 0.0) if tools is not None and tools.active else 0.0
+    with_tool = random.Random(f"{seed}-tool-demonstrations")
+    demos = []
+    for r in pool:
+        slipped = off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r
+        if share > 0 and with_tool.random() < share:
+            demos.append(tool_demonstration(r, tools.call, tools.end, tools.result))
+        else:
+            demos.append(Demonstration.of(slipped))
+    pool = demos
+    data_key = hashlib.sha1("".join(d.key() for d in pool).encode()).hexdigest()
     spec = dict(base=model_key(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
                 schedule="cosine")
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]

@@ -38,11 +38,12 @@ class HFEngine:
     def sync(self, policy: torch.nn.Module, step: int) -> None:
         pass  # the policy is the engine
 
-    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
-                 top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
-                 all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None) -> Rollout:
+    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
+                 temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
+                 knobs: Knobs | None = None, limits: torch.Tensor | None = None) -> Rollout:
         return generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=generator,
-                        all_done=all_done, knobs=knobs)
+                        all_done=all_done, knobs=knobs, limits=limits)
 
 
 def one_engine_per_rank() -> dict:
@@ -152,21 +153,24 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self.synced_step = step
 
-    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
-                 top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
-                 all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None) -> Rollout:
+    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
+                 temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
+                 knobs: Knobs | None = None, limits: torch.Tensor | None = None) -> Rollout:
         from vllm import SamplingParams
 
         k = knobs or Knobs()
-        prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
+        prompts = (tokenizer(list(texts), add_special_tokens=False).input_ids if all(isinstance(t, str) for t in texts)
+                   else [list(t) for t in texts])  # a multi-turn transcript so far: its tokens as they are
+        budgets = [max_new_tokens] * len(texts) if limits is None else [min(int(x), max_new_tokens) for x in limits]
         # without a generator (greedy evaluation) no stream is drawn from: the global one must not move
         seeds = ([0] * len(texts) if generator is None else
                  torch.randint(0, 2**31 - 1, (len(texts),), generator=generator, device=generator.device).tolist())
-        params = [SamplingParams(temperature=float(t), top_p=top_p if t > 0 else 1.0, max_tokens=max_new_tokens,
+        params = [SamplingParams(temperature=float(t), top_p=top_p if t > 0 else 1.0, max_tokens=budget,
                                  seed=s, logprobs=0, top_k=k.top_k if t > 0 else 0, min_p=k.min_p if t > 0 else 0.0,
                                  repetition_penalty=k.repetition_penalty, stop=list(k.stop) or None,
                                  include_stop_str_in_output=k.include_stop)
-                  for t, s in zip(temperatures.tolist(), seeds, strict=True)]
+                  for t, s, budget in zip(temperatures.tolist(), seeds, budgets, strict=True)]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         done = [o.outputs[0] for o in outputs]
         logprobs = [[step[token].logprob for step, token in zip(d.logprobs, d.token_ids, strict=True)]

@@ -29,9 +29,17 @@ from grpo_aug.rollout.merge import concat_rollouts, select_rows, spread_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.stream import RolloutStream
+from grpo_aug.rollout.turns import MultiTurnEngine
 from grpo_aug.rollout.types import Rollout
+from grpo_aug.tools.protocol import NoTools
 
 PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
+
+
+def check_tools_alone(tools: bool, reflect: bool) -> None:
+    if tools and reflect:
+        raise ValueError("rollout/tools with rollout/reflect (hint or prefix): both splice text the policy did not "
+                         "write into a row, and they have never been combined; use rollout/reflect=none with tools")
 
 
 def widen(t: torch.Tensor, width: int, fill) -> torch.Tensor:
@@ -98,18 +106,23 @@ class GroupRollout:
                  engine: HFEngine | VLLMEngine | None = None,
                  reflect: Reflection | ReferencePrefix | NoReflection | None = None,
                  overlong_buffer: int = 0, overlong_penalty: float = 1.0, prompt_format=None,
-                 prompt_pool: PromptPool | None = None, seed: int = 0) -> None:
+                 prompt_pool: PromptPool | None = None, seed: int = 0, tools=None) -> None:
         """prompt_format: record text -> model input text (data/prompt_format), bound to the
         tokenizer in `bind`; prompt_pool: fresh prompts for the refill (the DataModule's
-        draw_prompts); seed: the rollout's random stream and the engine's."""
+        draw_prompts); seed: the rollout's random stream and the engine's; tools: what a completion
+        may call (rollout/tools: tools/protocol.py), None or NoTools: single-turn completions."""
         self.settings = settings or RolloutSettings()
         if self.settings.budget.active and reflect is not None and reflect.active:
             raise ValueError("rollout/budget=informative sizes each group itself; rollout/reflect (hint or prefix) "
                              "re-samples rows of fixed slots: use one of them")
         if self.settings.filter.refill and prompt_pool is None:
             raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
+        self.tools = tools or NoTools()
+        check_tools_alone(self.tools.active, reflect is not None and reflect.active)
         self.reward = reward
         self.engine = engine or HFEngine()
+        if self.tools.active:  # evaluation, pass rates and preflight sample through it too
+            self.engine = MultiTurnEngine(self.engine, self.tools)
         self.reflect = reflect or NoReflection()
         self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
         self.prompt_format = prompt_format or PlainPrompt()
@@ -124,6 +137,8 @@ class GroupRollout:
         """The run's tokenizer; the prompt format checks the model's chat template against it."""
         self.tokenizer = tokenizer
         self.prompt_format = self.prompt_format.bind(tokenizer, name_or_path)
+        if self.tools.active:
+            self.tools.bind(tokenizer, self.prompt_format)
 
     def generator(self, device: torch.device, rank: int) -> torch.Generator:
         return self.stream.get(device, rank)
@@ -168,7 +183,8 @@ class GroupRollout:
                                    [p.context for p, c in zip(prompts, counts, strict=True) for _ in range(c)])
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
                                   generator=generator, all_done=self.all_done(), knobs=s.knobs)
-        tokens = int(ro.completion_mask.sum())
+        # the policy's own tokens: a tool's output is neither generated nor counted against the budget
+        tokens = int(ro.written.sum())
         reflected = torch.zeros(len(texts), dtype=torch.bool)  # [sum counts]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
             def sample(texts_, temps):
@@ -176,7 +192,7 @@ class GroupRollout:
                                             generator=generator, knobs=s.knobs)
             ro, reflected = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
         # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
-        own = ro.completion_mask if ro.given is None else ro.completion_mask.masked_fill(ro.given, 0)  # [n*R, T]
+        own = ro.written  # [n*R, T]
         tokens += int(own[reflected.to(own.device)].sum())
         starts = [sum(counts[:b]) for b in range(n + 1)]
         completions = [ro.texts[starts[b] : starts[b + 1]] for b in range(n)]

@@ -32,7 +32,18 @@ def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
             [torch.nn.functional.pad(r.sample_logprobs, (0, T - r.completion_mask.shape[1])) for r in parts]),
         given=None if all(r.given is None for r in parts) else torch.cat(
             [torch.nn.functional.pad(_given(r), (0, T - r.completion_mask.shape[1])) for r in parts]),
+        tool_calls=None if all(r.tool_calls is None for r in parts) else torch.cat(
+            [_calls(r, "tool_calls") for r in parts]),
+        tool_failures=None if all(r.tool_failures is None for r in parts) else torch.cat(
+            [_calls(r, "tool_failures") for r in parts]),
+        segments=None if all(r.segments is None for r in parts) else [
+            s for r in parts for s in (r.segments or [[("policy", t)] for t in r.texts])],
     )
+
+
+def _calls(ro: Rollout, name: str) -> torch.Tensor:
+    value = getattr(ro, name)
+    return torch.zeros(len(ro.texts), dtype=torch.long, device=ro.input_ids.device) if value is None else value
 
 
 def _given(ro: Rollout) -> torch.Tensor:
@@ -52,6 +63,9 @@ def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
         truncated=ro.truncated[rows],
         sample_logprobs=None if ro.sample_logprobs is None else ro.sample_logprobs[rows],
         given=None if ro.given is None else ro.given[rows],
+        tool_calls=None if ro.tool_calls is None else ro.tool_calls[rows],
+        tool_failures=None if ro.tool_failures is None else ro.tool_failures[rows],
+        segments=None if ro.segments is None else [ro.segments[i] for i in index],
     )
 
 
@@ -97,4 +111,7 @@ def spread_rows(ro: Rollout, counts: Sequence[int], width: int) -> tuple[Rollout
         completion_mask=out.completion_mask * here[:, None].to(out.completion_mask.dtype),
         texts=[t if h else "" for t, h in zip(out.texts, present, strict=True)],
         truncated=out.truncated & here.to(out.truncated.device),
+        tool_calls=None if out.tool_calls is None else out.tool_calls * here.to(out.tool_calls.device),
+        tool_failures=None if out.tool_failures is None else out.tool_failures * here.to(out.tool_failures.device),
+        segments=None if out.segments is None else [s if h else [] for s, h in zip(out.segments, present, strict=True)],
     ), here.view(len(counts), width)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
@@ -45,11 +45,26 @@ def sample_next_token(
     return torch.where(temperatures > 0, sampled, greedy)
 
 
+def encode(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str] | Sequence[Sequence[int]]):
+    """Prompts as left-padded input_ids and attention_mask [U, P]: strings through the tokenizer
+    (no special tokens added: templates and prompts carry their own), token ids as they are."""
+    if all(isinstance(p, str) for p in prompts):
+        return tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left",
+                         add_special_tokens=False)
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)  # [U, P]
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)  # [U, P]
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return BatchEncoding({"input_ids": ids, "attention_mask": mask})
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
+    prompts: Sequence[str] | Sequence[Sequence[int]],
     temperatures: torch.Tensor,
     top_p: float,
     max_new_tokens: int,
@@ -57,21 +72,26 @@ def generate(
     lean: bool = True,
     all_done: Callable[[bool], bool] | None = None,
     knobs: Knobs | None = None,
+    limits: torch.Tensor | None = None,
 ) -> Rollout:
-    """Sample one completion per prompt string; rows may repeat a prompt (that is a group).
+    """Sample one completion per prompt (a string, or token ids: a multi-turn transcript so far);
+    rows may repeat a prompt (that is a group).
 
     knobs: top-k, min-p, repetition penalty and stop strings (rollout/knobs.py); None: none.
     lean=False forces the HF forward for every token (the reference path the tests compare to).
     all_done: under sharded weights every forward is a collective, so every rank must run the same
     number of decode steps: given this rank's all-finished flag it returns whether every rank's rows
     have finished (a reduced flag); a rank whose rows all ended keeps one row in the batch meanwhile.
+    limits: [N] tokens each row may write (<= max_new_tokens); a row that reaches its limit stops
+    without EOS (truncated). max_new_tokens stays the loop's bound, the same on every rank.
     """
     device = next(model.parameters()).device
     # a group repeats its prompt G times: encode each distinct prompt once, prefill it once
-    distinct = list(dict.fromkeys(prompts))
-    row_of = {text: i for i, text in enumerate(distinct)}
-    index = torch.tensor([row_of[text] for text in prompts], device=device)  # [N] row -> distinct prompt
-    enc = tokenizer(distinct, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    keys = [p if isinstance(p, str) else tuple(p) for p in prompts]
+    distinct = list(dict.fromkeys(keys))
+    row_of = {key: i for i, key in enumerate(distinct)}
+    index = torch.tensor([row_of[key] for key in keys], device=device)  # [N] row -> distinct prompt
+    enc = encode(tokenizer, distinct)
     prompt_ids = enc.input_ids.to(device)[index]  # [N, P]
     prompt_mask = enc.attention_mask.to(device)[index]  # [N, P]
     temperatures = temperatures.to(device)
@@ -96,7 +116,9 @@ def generate(
     if lean and supports(model) and not sharded(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
         decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
-    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    finished = torch.zeros(n, dtype=torch.bool, device=device)  # EOS or a stop string
+    halted = torch.zeros(n, dtype=torch.bool, device=device)  # finished, or at its own limit
+    limits = None if limits is None else limits.to(device)
     stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
     seen = None
     if k.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
@@ -111,29 +133,32 @@ def generate(
     for step in range(max_new_tokens):
         drawn_from = logits if seen is None else penalise_repeats(logits, seen[active], k.repetition_penalty)
         token = sample_next_token(drawn_from, temperatures[active], top_p, generator, k.top_k, k.min_p)  # [A]
-        done = finished[active]  # ended earlier, not yet dropped from the batch
+        done = halted[active]  # ended earlier, not yet dropped from the batch
         token = torch.where(done, torch.full_like(token, pad), token)
         completion[active, step] = token
         # the token's log-prob where the trainer scores it: tempered, before top-p (greedy rows at T = 1)
         sample_lp[active, step] = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
         alive[active, step] = ~done
-        finished[active] = done | (token == eos)
+        finished[active] = finished[active] | (~done & (token == eos))
         if seen is not None:
             seen[active[~done], token[~done]] = True
         if k.stop:  # rows whose newest token completed a stop string end here
-            running = active[~finished[active]]  # [R]
+            running = active[~(finished | halted)[active]]  # [R]
             tails = tokenizer.batch_decode(completion[running, max(0, step + 1 - k.stop_window) : step + 1],
                                            skip_special_tokens=True)
             hit = torch.tensor([any(s in t for s in k.stop) for t in tails], dtype=torch.bool, device=device)
             finished[running[hit]] = stopped[running[hit]] = True
+        halted |= finished
+        if limits is not None:
+            halted |= limits <= step + 1
         steps = step + 1
         # one host sync per token; it lets the loop end early, which pays for itself
-        done_here = bool(finished.all())
+        done_here = bool(halted.all())
         if step == max_new_tokens - 1 or (done_here if all_done is None else all_done(done_here)):
             break
         # rows that ended leave the batch once they are a quarter of it: every later token then
         # costs only the rows still writing
-        running = ~finished[active]  # [A]
+        running = ~halted[active]  # [A]
         if int(running.sum()) <= 0.75 * len(active):
             keep = running.nonzero().squeeze(1)  # [A']
             if len(keep) == 0:  # only when other ranks still decode: their forwards need this rank's

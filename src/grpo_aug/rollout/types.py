@@ -21,3 +21,12 @@ class Rollout(NamedTuple):
     # [N, T] bool completion tokens the rollout wrote, not the policy (a reference prefix,
     # rollout/guide.py): later tokens are scored after them, they carry no loss. None: none
     given: torch.Tensor | None = None
+    # multi-turn rollouts (rollout/turns.py); None without tools
+    tool_calls: torch.Tensor | None = None  # [N] tool calls the row made
+    tool_failures: torch.Tensor | None = None  # [N] of them, calls that raised, timed out or were refused
+    segments: list[list[tuple[str, str]]] | None = None  # per row, (role, text) in order: policy | tool
+
+    @property
+    def written(self) -> torch.Tensor:
+        """[N, T] the completion tokens the policy wrote (the completion without `given`)."""
+        return self.completion_mask if self.given is None else self.completion_mask.masked_fill(self.given, 0)

@@ -1,0 +1,85 @@
+"""Tools and engines for the tool tests (tests/ is on the path, so config may name them by import path)."""
+
+from __future__ import annotations
+
+import time
+
+from grpo_aug.rollout.engine import HFEngine, rollout_from_ids
+
+
+def raising(argument: str) -> str:
+    raise RuntimeError(f"cannot handle {argument!r}")
+
+
+def sleeping(argument: str) -> str:
+    time.sleep(30)
+    return "too late"
+
+
+def huge(argument: str) -> str:
+    return "7" * 1_000_000
+
+
+def echo(argument: str) -> str:
+    return "xy"
+
+
+def lookup(city: str, unit: str = "celsius") -> str:
+    """Get the temperature in a city.
+
+    Args:
+        city: the city's name, e.g. "Paris".
+        unit: "celsius" or "fahrenheit".
+    """
+    return f"21 {unit}"
+
+
+class ForcedFirstCall(HFEngine):
+    """The hf engine, except that a row's first segment is `first` (a tool call) whatever the policy
+    would write: a random tiny model rarely writes a call by itself. Its tokens get log-prob 0."""
+
+    def __init__(self, first: str = "[1+1]") -> None:
+        self.first = first
+        self.rounds: list[list[int]] = []  # the limits each round was given
+
+    def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
+                 all_done=None, knobs=None, limits=None):
+        self.rounds.append([] if limits is None else limits.tolist())
+        contexts = [tokenizer.decode(t) if not isinstance(t, str) else t for t in texts]
+        if all(not c.endswith(")") and "]" not in c.rsplit("A: ", 1)[-1] for c in contexts):
+            ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
+            call = tokenizer(self.first, add_special_tokens=False).input_ids
+            return rollout_from_ids(ids, [call] * len(ids), [[0.0] * len(call)] * len(ids), temperatures,
+                                    [self.first] * len(ids), [True] * len(ids), tokenizer.pad_token_id,
+                                    next(policy.parameters()).device)
+        return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
+                                all_done, knobs, limits)
+
+
+class Scripted:
+    """An engine that writes what a script says: context text -> (next segment, ends with EOS).
+    Token log-probs are -0.01 x (position in the segment + 1), so a test can place them by hand."""
+
+    name, external = "scripted", False
+
+    def __init__(self, script: dict[str, tuple[str, bool]]) -> None:
+        self.script = script
+        self.calls: list[tuple[list[str], list[int]]] = []  # (contexts, limits) per round
+
+    def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
+                 all_done=None, knobs=None, limits=None):
+        ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
+        contexts = [tokenizer.decode(i) for i in ids]
+        budgets = [max_new_tokens] * len(ids) if limits is None else limits.tolist()
+        self.calls.append((contexts, budgets))
+        out, lps, texts_out, finished = [], [], [], []
+        for context, budget in zip(contexts, budgets, strict=True):
+            segment, eos = self.script[context]
+            tokens = tokenizer(segment, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] * eos
+            done = len(tokens) <= budget
+            tokens = tokens[:budget]
+            out.append(tokens)
+            lps.append([-0.01 * (k + 1) for k in range(len(tokens))])
+            texts_out.append(tokenizer.decode(tokens, skip_special_tokens=True))
+            finished.append(done)
+        return rollout_from_ids(ids, out, lps, temperatures, texts_out, finished, tokenizer.pad_token_id, "cpu")
