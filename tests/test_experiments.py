@@ -19,7 +19,7 @@ EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml
 
 
 def test_the_experiments_the_readme_lists_exist():
-    assert EXPERIMENTS == ["dapo", "dr_grpo", "gsm8k_qwen2.5_0.5b_instruct", "gspo", "tiny"]
+    assert EXPERIMENTS == ["dapo", "dr_grpo", "gsm8k_chat_calculator", "gsm8k_qwen2.5_0.5b_instruct", "gspo", "tiny"]
     assert (ROOT / "conf" / "experiment" / "trl_gsm8k.yaml").is_file()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from grpo_aug.rollout.engine import HFEngine, rollout_from_ids
@@ -36,24 +37,26 @@ def lookup(city: str, unit: str = "celsius") -> str:
 
 class ForcedFirstCall(HFEngine):
     """The hf engine, except that a row's first segment is `first` (a tool call) whatever the policy
-    would write: a random tiny model rarely writes a call by itself. Its tokens get log-prob 0."""
+    wrote: a random tiny model rarely writes a call by itself. The policy still runs every forward
+    (under sharded weights they are collectives); its first segment is then replaced, with
+    log-prob 0. ranks: the ranks where this happens (None: all)."""
 
-    def __init__(self, first: str = "[1+1]") -> None:
-        self.first = first
-        self.rounds: list[list[int]] = []  # the limits each round was given
+    def __init__(self, first: str = "[1+1]", ranks: list[int] | None = None) -> None:
+        self.first, self.ranks = first, ranks
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
                  all_done=None, knobs=None, limits=None):
-        self.rounds.append([] if limits is None else limits.tolist())
+        ro = super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator, all_done,
+                              knobs, limits)
         contexts = [tokenizer.decode(t) if not isinstance(t, str) else t for t in texts]
-        if all(not c.endswith(")") and "]" not in c.rsplit("A: ", 1)[-1] for c in contexts):
-            ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
-            call = tokenizer(self.first, add_special_tokens=False).input_ids
-            return rollout_from_ids(ids, [call] * len(ids), [[0.0] * len(call)] * len(ids), temperatures,
-                                    [self.first] * len(ids), [True] * len(ids), tokenizer.pad_token_id,
-                                    next(policy.parameters()).device)
-        return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
-                                all_done, knobs, limits)
+        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+        if not all(c.endswith("A: ") for c in contexts) or (self.ranks is not None and rank not in self.ranks):
+            return ro  # not every row's first segment, or not this rank
+        ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
+        call = tokenizer(self.first, add_special_tokens=False).input_ids
+        return rollout_from_ids(ids, [call] * len(ids), [[0.0] * len(call)] * len(ids), temperatures,
+                                [self.first] * len(ids), [True] * len(ids), tokenizer.pad_token_id,
+                                next(policy.parameters()).device)
 
 
 class Scripted:

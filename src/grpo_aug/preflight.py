@@ -126,7 +126,7 @@ def sample_batches(module, datamodule, batches: int):
     """Roll out the first `batches` training batches of the curriculum, as step 0.. would: the
     prompts the selector picks (and refills, if configured), not the raw batches."""
     sampler = datamodule.make_sampler(start_step=0, rank=0, world_size=1)
-    rewards, counted, lengths, truncated, prompts = [], [], [], [], []
+    rewards, counted, lengths, truncated, prompts, calls, failures, tool_tokens = [], [], [], [], [], [], [], []
     with torch.no_grad():
         for step in range(batches):
             bucket, indices = sampler.draw(step)
@@ -136,10 +136,16 @@ def sample_batches(module, datamodule, batches: int):
             rewards.append(sampled.rewards.cpu())  # [B, G]
             counted.append(sampled.valid.cpu())  # [B, G] the rows that count in their group
             present = sampled.rows_present.reshape(-1).cpu()  # [B*G] slots a per-prompt budget filled
-            lengths.append(sampled.rollout.completion_mask.sum(dim=1).float().cpu()[present])
-            truncated.append(sampled.rollout.truncated.cpu()[present])
+            ro = sampled.rollout
+            lengths.append(ro.written.sum(dim=1).float().cpu()[present])  # the policy's tokens
+            truncated.append(ro.truncated.cpu()[present])
             prompts += sampled.prompts
-    return Samples(torch.cat(rewards), torch.cat(counted), torch.cat(lengths), torch.cat(truncated), prompts)
+            if ro.tool_calls is not None:
+                calls.append(ro.tool_calls.cpu()[present])
+                failures.append(ro.tool_failures.cpu()[present])
+                tool_tokens.append(ro.given.sum(dim=1).cpu()[present])
+    tools = (torch.cat(calls), torch.cat(failures), torch.cat(tool_tokens)) if calls else None
+    return Samples(torch.cat(rewards), torch.cat(counted), torch.cat(lengths), torch.cat(truncated), prompts, tools)
 
 
 class Samples(NamedTuple):
@@ -148,6 +154,16 @@ class Samples(NamedTuple):
     lengths: torch.Tensor  # [R] the rows that exist (N*G without a per-prompt budget)
     truncated: torch.Tensor  # [R]
     prompts: list[Prompt]
+    tools: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # [R] calls, failed calls, tool tokens
+
+
+def tool_use(samples: Samples, described: str) -> str:
+    """What the rows did with the tools (rollout/tools): shown, not judged."""
+    calls, failures, tokens = samples.tools
+    total = int(calls.sum())
+    return (f"tool use ({described}): {float((calls > 0).float().mean()):.2f} of rows call, "
+            f"{float(calls.float().mean()):.2f} calls per row, {int(failures.sum())} of {total} calls failed, "
+            f"{int(tokens.sum())} tool tokens (no loss)")
 
 
 def run_checks(samples: Samples, aucs, s: PreflightSettings) -> list[Check]:
@@ -235,6 +251,8 @@ def preflight(cfg: DictConfig) -> int:
           f"(buckets: {', '.join(buckets)}), no training")
     print(table(checks))
     print(bucket_breakdown(samples))
+    if samples.tools is not None:
+        print(tool_use(samples, module.rollout.tools.describe()))
     failed = [c.name for c in checks if not c.passed]
     print(f"distributions: {png}")
     print("preflight FAILED: " + "; ".join(failed) if failed else "preflight passed")

@@ -163,3 +163,23 @@ def test_tool_demonstrations_show_the_answer_and_learn_the_call(tok):
     assert learned.tolist() == [True] * 5 + [False] * 2 + [True] * 6 + [False] * 2 + [True] * 7 + [True] + [False] * 1
     # a plain record is one learned piece, as before
     assert Demonstration.of(record).key() == record.prompt + record.solution
+
+
+def test_tool_rounds_are_voted_across_ranks_and_a_rank_without_open_rows_stands_in(tok):
+    """Under sharded weights: this rank's row ends in round 1; the vote (the decode loop's stop
+    vote, asked whether every rank is done) says another rank still has two tool rounds to go,
+    so this rank rolls out two one-token stand-ins, which are discarded."""
+    script = {PROMPT: ("#### 9", True), "Q: 2+3+4?\nA: ": ("#### 9", True)}
+    votes = []
+
+    def all_done(done_here: bool) -> bool:
+        votes.append(done_here)
+        return len(votes) > 2  # the other rank is done after two more rounds
+
+    tools = TextTools(max_transcript_tokens=64)
+    engine = Scripted(script)
+    ro = MultiTurnEngine(engine, tools).generate(torch.nn.Linear(1, 1), tok, [PROMPT], torch.ones(1), 1.0, 40,
+                                                 all_done=all_done)
+    assert votes == [True, True, True]
+    assert [limits for _, limits in engine.calls] == [[40], [1], [1]]  # the round, then two stand-ins
+    assert ro.texts == ["#### 9"] and ro.tool_calls.tolist() == [0]

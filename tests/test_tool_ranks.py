@@ -1,0 +1,26 @@
+"""Tool rounds under two gloo ranks: rank 1's rows all call the tool in their first segment,
+rank 0's (almost) never, so rank 0 must join rank 1's extra rounds. Under FSDP2 every decode
+step is a collective: without the vote this hangs, and the 30 s collective timeout fails the run."""
+
+import pytest
+
+from helpers import ACCELERATOR, TINY, read_scalars, run_train
+
+STRATEGIES = {"ddp": ["trainer=ddp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2"],
+              "fsdp2": ["trainer=fsdp", f"trainer.accelerator={ACCELERATOR}", "trainer.devices=2",
+                        "trainer.precision=32-true"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_tool_rounds_on_one_rank_only_finish_under_ddp_and_fsdp2(strategy, tmp_path):
+    run = ["debug=fast", *TINY, "rollout/tools=calculator", "rollout.tools.warmup_share=0",
+           "rollout.engine._target_=tool_fixtures.ForcedFirstCall", "+rollout.engine.ranks=[1]",
+           "rollout.max_new_tokens=16", "trainer.max_steps=4", "trainer.strategy.timeout.seconds=30"]
+    out = run_train(tmp_path, [*run, *STRATEGIES[strategy]], timeout=400)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    scalars = read_scalars(tmp_path / "run")
+    assert [s for s, _ in scalars["eval/accuracy/easy"]][-1] == 4
+    # rank 1: one call per row ([1+1] -> =2); rank 0: its own text, which rarely writes '[...]'
+    calls = [v for _, v in scalars["tools/calls_per_row"]]
+    assert len(calls) == 4 and all(0.45 <= v <= 0.75 for v in calls), calls
