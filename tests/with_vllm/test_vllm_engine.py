@@ -229,3 +229,36 @@ def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
         assert theirs.texts == mine.texts and stop not in mine.texts[0][: -len(stop) if include else None]
         assert torch.equal(theirs.completion_mask.sum(1), mine.completion_mask.sum(1))
         assert torch.equal(theirs.truncated, mine.truncated)
+
+
+def test_greedy_tool_transcripts_are_identical_in_the_hf_and_vllm_engines(model_dir, engine):
+    """rollout/tools=calculator over both engines: a policy taught to write `[a+b]` calls the
+    calculator; the greedy transcripts (policy and tool tokens, masks, texts) are the same, and the
+    policy tokens' log-probs agree. vLLM continues each round from its prefix cache."""
+    from grpo_aug.rollout.turns import MultiTurnEngine
+    from grpo_aug.tools.protocol import TextTools
+
+    tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE)
+    solutions = ["[3+4]=7\n#### 7", "[12-5]=7\n#### 7", "[7+8]=15\n[15-2]=13\n#### 13", "[9+1]=10\n#### 10"]
+    enc = tokenizer([p + s + tokenizer.eos_token for p, s in zip(PROMPTS, solutions, strict=True)],
+                    return_tensors="pt", padding=True, add_special_tokens=False).to(DEVICE)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    policy.train()
+    for _ in range(80):
+        loss = policy(input_ids=enc.input_ids, attention_mask=enc.attention_mask,
+                      labels=enc.input_ids.masked_fill(enc.attention_mask == 0, -100)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+    push(engine, policy)
+    tools = TextTools(max_transcript_tokens=48)
+    greedy = torch.zeros(len(PROMPTS))
+    mine = MultiTurnEngine(HFEngine(), tools).generate(policy, tokenizer, PROMPTS, greedy, 1.0, 32)
+    theirs = MultiTurnEngine(engine, tools).generate(policy, tokenizer, PROMPTS, greedy, 1.0, 32)
+    assert int(mine.tool_calls.sum()) >= 4, mine.texts
+    assert theirs.texts == mine.texts and theirs.segments == mine.segments
+    assert torch.equal(theirs.input_ids.cpu(), mine.input_ids.cpu())
+    assert torch.equal(theirs.given.cpu(), mine.given.cpu())
+    written = mine.written.bool().cpu()
+    assert float((theirs.sample_logprobs.cpu() - mine.sample_logprobs.cpu())[written].abs().max()) < TOL

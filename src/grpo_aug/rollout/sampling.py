@@ -142,8 +142,8 @@ def generate(
         finished[active] = finished[active] | (~done & (token == eos))
         if seen is not None:
             seen[active[~done], token[~done]] = True
-        if k.stop:  # rows whose newest token completed a stop string end here
-            running = active[~(finished | halted)[active]]  # [R]
+        running = active[~(finished | halted)[active]] if k.stop else active[:0]  # [R]
+        if len(running):  # rows whose newest token completed a stop string end here
             tails = tokenizer.batch_decode(completion[running, max(0, step + 1 - k.stop_window) : step + 1],
                                            skip_special_tokens=True)
             hit = torch.tensor([any(s in t for s in k.stop) for t in tails], dtype=torch.bool, device=device)
