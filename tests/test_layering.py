@@ -15,6 +15,7 @@ LAYERS = [
     ["grpo_aug.lean"],
     ["grpo_aug.data"],
     ["grpo_aug.rewards"],
+    ["grpo_aug.tools"],
     ["grpo_aug.rollout", "grpo_aug.report"],
     ["grpo_aug.prompts"],
     ["grpo_aug.update"],

@@ -27,6 +27,10 @@ CONDITIONAL = {
     "rollout/temperature_max": "callbacks=[default,adaptive_temperature] only",
     "rollout/temperature_count": "callbacks=[default,adaptive_temperature] only",
     "reward/timeouts/math": "reward.timeout_s set only",
+    "tools/call_frequency": "rollout/tools only",
+    "tools/calls_per_row": "rollout/tools only",
+    "tools/failure_frequency": "rollout/tools only",
+    "tools/token_share": "rollout/tools only",
 }
 OPTIONS = ["debug=fast", *TINY, "trainer.max_steps=6", "rollout.filter.zero_std=false", "data/difficulty=online",
            "rollout.oversample=2", "rollout.selector.predictor.warmup_groups=2", "callbacks.alerts.window=2",
