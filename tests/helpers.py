@@ -195,7 +195,8 @@ class DecisionLog(L.Callback):
         (self.out / f"decisions-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
 
 
-RESUMED_TAGS = ("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/", "curriculum/")
+RESUMED_TAGS = ("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/", "curriculum/",
+                "tools/")
 
 
 def compare_after(tmp_path: Path, kill_at: int) -> tuple[dict, int]:

@@ -296,6 +296,6 @@ def _cell(text: str, limit: int = 300) -> str:
 def samples_markdown(rows: list[dict]) -> str:
     lines = ["| prompt | completion | T | reward | advantage |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {_cell(r['prompt'])} | {_cell(cell(r, 'completion'), 600)} | {r['temperature']:g} | "
+        lines.append(f"| {_cell(r['prompt'])} | {_cell(cell(r, 'completion'))} | {r['temperature']:g} | "
                      f"{r['reward']:.3f} | {r['advantage']:+.3f} |")
     return "\n".join(lines)

@@ -47,8 +47,8 @@ class TextTools:
     active = True
 
     def __init__(self, function: str = "grpo_aug.tools.calculator.calculator", call: str = "[", end: str = "]",
-                 result: str = "={output}", max_transcript_tokens: int = 256,
-                 limits: ToolLimits | None = None, name: str = "calculator", warmup_share: float = 0.0) -> None:
+                 result: str = "={output}", max_transcript_tokens: int = 128,
+                 limits: ToolLimits | None = None, name: str = "calculator", warmup_share: float = 0.3) -> None:
         if not call or not end:
             raise ValueError(f"rollout.tools.call and rollout.tools.end must be non-empty, got {call!r}, {end!r}")
         if "{output}" not in result:
@@ -97,7 +97,7 @@ class ChatTools:
     active = True
     open_tag, close_tag = "<tool_call>", "</tool_call>"
 
-    def __init__(self, functions: Sequence[str] = (), max_transcript_tokens: int = 512,
+    def __init__(self, functions: Sequence[str], max_transcript_tokens: int = 512,
                  limits: ToolLimits | None = None) -> None:
         if not functions:
             raise ValueError("rollout.tools.functions must name at least one function (package.module.function)")
