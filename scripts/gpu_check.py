@@ -6,12 +6,15 @@ in CI check the same things on gloo CPU ranks.
     python scripts/gpu_check.py --accelerator cpu --only rank-dies   # a check's CPU form
 
 Checks (GRPO_TEST_ACCELERATOR=gpu switches the tests to CUDA, NCCL and vLLM's CUDA engine):
-    vllm-engine       tests/with_vllm on CUDA, float32: engine log-probs = the trainer's to 1e-4
+    vllm-engine       tests/with_vllm on CUDA, float32: engine log-probs = the trainer's to 1e-4;
+                      greedy tool transcripts equal the hf engine's
     fsdp2-update      2+ GPUs: FSDP2 and DDP updates = one process's over the same global batch
                       (one rank all flat, unequal rows, micro-batches, minibatches)
     vllm-every-rank   2+ GPUs: a vLLM engine per rank under DDP and FSDP2, gaps < 1e-4, ranks agree
     rank-dies         2+ GPUs: rank 1 SIGKILLed, and SIGSTOPped, under DDP: the survivor stops
                       within the bound naming rank, step and checkpoint
+    tool-rounds       2+ GPUs: tool rounds on one rank only (rank 1 calls on every row) finish under
+                      DDP and FSDP2: the other rank joins them (tests/test_tool_ranks.py)
     bf16-vs-fp32      the same step under bf16-mixed and float32: log-probs within 0.01, gradient
                       cosine > 0.99 (tests/test_bf16_step.py)
     default-50        the default config for 50 GRPO steps: easy accuracy gains >= 0.15 over the
@@ -69,6 +72,7 @@ def checks(accelerator: str, work: Path) -> list[tuple[str, str | None, list[str
                                                 "every_rank"), 300),
         ("rank-dies", two, pytest("-m", "slow", "tests/test_rank_failure.py", "-k",
                                   "a_rank_that_dies and ddp and rank1"), 300),
+        ("tool-rounds", two, pytest("-m", "slow", "tests/test_tool_ranks.py", "-k", "one_rank_only"), 200),
         ("bf16-vs-fp32", None, pytest("tests/test_bf16_step.py"), 120),
         ("default-50", None, default_run(accelerator, work / "default"), 420),
         ("deepspeed", None if has("deepspeed") else "deepspeed is not installed (pip install deepspeed)",

@@ -14,6 +14,7 @@ from grpo_aug.preflight import (
     run_checks,
     shuffled_steps,
     table,
+    tool_use,
     wrong_final,
 )
 from grpo_aug.rewards import MathReward, RewardFunction, RewardSet, SoftMathReward
@@ -95,3 +96,12 @@ def test_bucket_breakdown_by_hand():
                       [prompt("easy"), prompt("easy"), prompt("hard"), prompt("hard")])
     assert bucket_breakdown(samples) == ("zero-std share by bucket: easy 0.50 of 2 groups, mean reward 0.75; "
                                          "hard 1.00 of 1 groups, mean reward 0.00")
+
+
+def test_tool_use_line_counts_rows_calls_failures_and_tool_tokens():
+    # 4 rows: 2 calls (1 failed), none, 1 call, 3 calls; tool tokens 6, 0, 3, 9
+    samples = Samples(torch.zeros(1, 4), torch.ones(1, 4, dtype=torch.bool), torch.full((4,), 5.0),
+                      torch.zeros(4, dtype=torch.bool), [],
+                      (torch.tensor([2, 0, 1, 3]), torch.tensor([1, 0, 0, 0]), torch.tensor([6, 0, 3, 9])))
+    assert tool_use(samples, "calculator") == ("tool use (calculator): 0.75 of rows call, 1.50 calls per row, "
+                                               "1 of 6 calls failed, 18 tool tokens (no loss)")
