@@ -45,7 +45,7 @@ class ForcedFirstCall(HFEngine):
         self.first, self.ranks = first, ranks
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
-                 all_done=None, knobs=None, limits=None):
+                 all_done=None, knobs=None, limits=None, records=None):
         ro = super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator, all_done,
                               knobs, limits)
         contexts = [tokenizer.decode(t) if not isinstance(t, str) else t for t in texts]
@@ -70,7 +70,7 @@ class Scripted:
         self.calls: list[tuple[list[str], list[int]]] = []  # (contexts, limits) per round
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
-                 all_done=None, knobs=None, limits=None):
+                 all_done=None, knobs=None, limits=None, records=None):
         ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
         contexts = [tokenizer.decode(i) for i in ids]
         budgets = [max_new_tokens] * len(ids) if limits is None else limits.tolist()
@@ -86,3 +86,31 @@ class Scripted:
             texts_out.append(tokenizer.decode(tokens, skip_special_tokens=True))
             finished.append(done)
         return rollout_from_ids(ids, out, lps, temperatures, texts_out, finished, tokenizer.pad_token_id, "cpu")
+
+
+class GuessTheAnswer:
+    """An environment: the policy guesses the record's answer, one guess a turn; 'lower'/'higher'
+    after a wrong one; the episode ends on the right guess. Reward: 1 / guesses taken (0 unsolved)."""
+
+    def __init__(self) -> None:
+        self.answer, self.guesses, self.solved = None, 0, False
+
+    def reset(self, record) -> str:
+        self.answer = int(record.answer)
+        return "Guess it.\n"
+
+    def step(self, action: str) -> tuple[str, bool]:
+        self.guesses += 1
+        digits = "".join(c for c in action if c.isdigit())
+        if digits and int(digits) == self.answer:
+            self.solved = True
+            return "right!", True
+        return ("lower\n" if digits and int(digits) > self.answer else "higher\n"), False
+
+    def reward(self) -> float:
+        return 1.0 / self.guesses if self.solved else 0.0
+
+
+class Broken(GuessTheAnswer):
+    def step(self, action: str) -> tuple[str, bool]:
+        raise KeyError("no such move")

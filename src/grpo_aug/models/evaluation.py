@@ -59,7 +59,7 @@ class HeldoutAccuracy(torch.nn.Module):
         all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampling);
         counted=False: generate (the other ranks' forwards need this one) but add nothing."""
         greedy = engine.generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens,
-                                 all_done=all_done, knobs=knobs)
+                                 all_done=all_done, knobs=knobs, records=batch)
         right = torch.tensor([self.exact(p, t) for p, t in zip(batch, greedy.texts, strict=True)])  # [B]
         adds = [("correct", right.sum()), ("total", torch.tensor(float(len(batch))))]
         k = self.settings.samples
@@ -68,7 +68,7 @@ class HeldoutAccuracy(torch.nn.Module):
             temps = torch.full((len(batch) * k,), self.settings.temperature)
             sampled = engine.generate(policy, tokenizer, [t for t in texts for _ in range(k)], temps,
                                       self.settings.top_p, max_new_tokens, generator=generator, all_done=all_done,
-                                      knobs=knobs)
+                                      knobs=knobs, records=[r for r in batch for _ in range(k)])
             scores = torch.tensor([self.exact(batch[i // k], t) for i, t in enumerate(sampled.texts)])
             scores = scores.view(len(batch), k)  # [B, k]
             adds += [("passed", (scores.max(dim=1).values == 1.0).sum().float()), ("right_samples", scores.sum() / k)]

@@ -35,7 +35,8 @@ def pass_rates(engine, policy: torch.nn.Module, tokenizer, prompt_format: Callab
         texts = prompt_format([r.prompt for r in batch for _ in range(samples)],
                               [r.context for r in batch for _ in range(samples)])
         temps = torch.full((len(texts),), float(temperature))
-        ro = engine.generate(policy, tokenizer, texts, temps, 1.0, max_new_tokens, generator=generator)
+        ro = engine.generate(policy, tokenizer, texts, temps, 1.0, max_new_tokens, generator=generator,
+                             records=[r for r in batch for _ in range(samples)])
         for j, record in enumerate(batch):
             rows = ro.texts[j * samples : (j + 1) * samples]
             rates.append(sum(correct(record, text) == 1.0 for text in rows) / samples)

@@ -65,6 +65,17 @@ class Scores(NamedTuple):
     errors: dict[str, int]  # per function, rows left unscored by a call that raised (on_error: skip)
     timeouts: dict[str, int]  # per function, rows left unscored by a call past reward.timeout_s
 
+    def with_part(self, name: str, values: torch.Tensor, counts: Sequence[int], weight: float) -> Scores:
+        """One more weighted part, from outside the reward functions (an environment's own
+        reward): values [sum counts], group after group, NaN where a row has none (unscorable)."""
+        B, G = self.total.shape
+        present = torch.tensor([[g < c for g in range(G)] for c in counts])  # [B, G]
+        part = torch.full((B, G), math.nan).masked_scatter(present, values.float().cpu())  # [B, G]
+        scored = self.scored & ~part.isnan()
+        total = torch.where(scored, self.total + weight * torch.nan_to_num(part, nan=0.0), torch.zeros_like(self.total))
+        return Scores(total, scored, self.kept & scored, {**self.parts, name: part}, {**self.errors, name: 0},
+                      {**self.timeouts, name: 0})
+
 
 class RewardSet:
     def __init__(self, functions: Sequence[RewardFunction], on_error: str = "raise",

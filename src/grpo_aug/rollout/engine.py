@@ -41,7 +41,7 @@ class HFEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None) -> Rollout:
+                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
         return generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=generator,
                         all_done=all_done, knobs=knobs, limits=limits)
 
@@ -156,7 +156,8 @@ class VLLMEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None) -> Rollout:
+                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
+        """records: the rows' data records, for multi-turn rollouts (rollout/turns.py); unused here."""
         from vllm import SamplingParams
 
         k = knobs or Knobs()

@@ -181,8 +181,9 @@ class GroupRollout:
         # hints go into the user message, then the template
         texts = self.prompt_format(s.row_prompts(prompts, counts),
                                    [p.context for p, c in zip(prompts, counts, strict=True) for _ in range(c)])
+        records = [p for p, c in zip(prompts, counts, strict=True) for _ in range(c)]
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
-                                  generator=generator, all_done=self.all_done(), knobs=s.knobs)
+                                  generator=generator, all_done=self.all_done(), knobs=s.knobs, records=records)
         # the policy's own tokens: a tool's output is neither generated nor counted against the budget
         tokens = int(ro.written.sum())
         reflected = torch.zeros(len(texts), dtype=torch.bool)  # [sum counts]
@@ -202,6 +203,8 @@ class GroupRollout:
                    zip(ro.input_ids[:, ro.prompt_len :].cpu(), ro.completion_mask.bool().cpu(), strict=True)]
             chats = [self.prompt_format.conversation(p) for p in prompts]
         scores = self.reward.score(prompts, completions, ids, state, chats)  # [n, R]
+        if ro.env_rewards is not None:  # an environment's own reward: one more part of the total
+            scores = scores.with_part("environment", ro.env_rewards, counts, self.tools.reward_weight)
         lengths = own.sum(dim=1)  # [n*R]
         shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
         present = torch.tensor([[g < c for g in range(R)] for c in counts], device=device)  # [n, R]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -38,6 +39,9 @@ def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
             [_calls(r, "tool_failures") for r in parts]),
         segments=None if all(r.segments is None for r in parts) else [
             s for r in parts for s in (r.segments or [[("policy", t)] for t in r.texts])],
+        env_rewards=None if all(r.env_rewards is None for r in parts) else torch.cat(
+            [torch.full((len(r.texts),), math.nan, device=r.input_ids.device) if r.env_rewards is None
+             else r.env_rewards for r in parts]),
     )
 
 
@@ -66,6 +70,7 @@ def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
         tool_calls=None if ro.tool_calls is None else ro.tool_calls[rows],
         tool_failures=None if ro.tool_failures is None else ro.tool_failures[rows],
         segments=None if ro.segments is None else [ro.segments[i] for i in index],
+        env_rewards=None if ro.env_rewards is None else ro.env_rewards[rows],
     )
 
 
@@ -114,4 +119,6 @@ def spread_rows(ro: Rollout, counts: Sequence[int], width: int) -> tuple[Rollout
         tool_calls=None if out.tool_calls is None else out.tool_calls * here.to(out.tool_calls.device),
         tool_failures=None if out.tool_failures is None else out.tool_failures * here.to(out.tool_failures.device),
         segments=None if out.segments is None else [s if h else [] for s, h in zip(out.segments, present, strict=True)],
+        env_rewards=None if out.env_rewards is None else out.env_rewards.masked_fill(
+            ~here.to(out.env_rewards.device), math.nan),
     ), here.view(len(counts), width)

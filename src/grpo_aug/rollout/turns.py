@@ -23,6 +23,7 @@ rolls out a one-token stand-in that is discarded, as the refill does.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -42,7 +43,8 @@ class Transcript:
     turns: int = 0
     calls: int = 0
     failures: int = 0
-    finished: bool = False  # ended by EOS or a stop string (not truncated)
+    finished: bool = False  # ended by EOS, a stop string or the end of its episode (not truncated)
+    closed: bool = False  # its environment ended it
     stopped: bool = False  # ended by a stop string of rollout.stop
 
     def add(self, ids: list[int], logprobs: list[float], role: str, text: str) -> None:
@@ -69,7 +71,8 @@ class MultiTurnEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
                  top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
                  all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None,
-                 limits: torch.Tensor | None = None) -> Rollout:
+                 limits: torch.Tensor | None = None, records: Sequence | None = None) -> Rollout:
+        """records: each row's data record (an environment resets from it)."""
         tools, k = self.tools, knobs or Knobs()
         # the end marker stops a segment and stays in it: the policy wrote it
         round_knobs = dataclasses.replace(k, stop=tuple(dict.fromkeys(k.stop + tools.stop)), include_stop=True)
@@ -78,8 +81,14 @@ class MultiTurnEngine:
         calls_cap = tools.runner.limits.max_calls_per_row
         prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
         rows = [Transcript() for _ in prompts]
+        session = tools.session(records, len(rows))
         own = [max_new_tokens] * len(rows) if limits is None else [min(int(x), max_new_tokens) for x in limits]
-        open_rows = list(range(len(rows)))
+        open_rows = []
+        for r, outcome in enumerate(session.opening()):  # an environment's first observation
+            if outcome is not None:
+                self._splice(rows[r], session, r, outcome, tokenizer, cap, opening=True)
+            if not rows[r].closed:
+                open_rows.append(r)
         first = True
         while True:
             if not first and all_done is not None:  # another round anywhere: every rank joins it
@@ -118,20 +127,27 @@ class MultiTurnEngine:
                 else:
                     callers.append(r)
                     segments.append(text)
-            requests = tools.requests(segments, [tokenizer.decode(rows[r].ids) for r in callers])
+            requests = session.requests(callers, segments, [tokenizer.decode(rows[r].ids) for r in callers])
             asked = [(r, fn) for r, fn in zip(callers, requests, strict=True) if fn is not None]
-            outcomes = tools.runner.run([fn for _, fn in asked])
-            for (r, _), outcome in zip(asked, outcomes, strict=True):
-                row = rows[r]
-                row.calls += 1
-                row.failures += int(outcome.failed)
-                text = tools.render(outcome.text, tokenizer.decode(row.ids))
-                ids = tokenizer(text, add_special_tokens=False).input_ids[: cap - len(row.ids)]
-                row.add(ids, [0.0] * len(ids), "tool", tokenizer.decode(ids))
+            for (r, _), outcome in zip(asked, tools.runner.run([fn for _, fn in asked]), strict=True):
+                self._splice(rows[r], session, r, outcome, tokenizer, cap)
             # a row goes on while it has budget left on both counts (an end marker with no call
             # before it simply continues)
-            open_rows = [r for r in callers if min(own[r] - rows[r].policy_tokens, cap - len(rows[r].ids)) > 0]
-        return assemble(prompts, rows, temperatures, tokenizer, k, ro_device(policy))
+            open_rows = [r for r in callers if not rows[r].closed
+                         and min(own[r] - rows[r].policy_tokens, cap - len(rows[r].ids)) > 0]
+        return assemble(prompts, rows, temperatures, tokenizer, k, ro_device(policy), session.rewards())
+
+    @staticmethod
+    def _splice(row: Transcript, session, r: int, outcome, tokenizer, cap: int, opening: bool = False) -> None:
+        """The answer to a call (or an environment's observation) as tokens the policy did not write."""
+        row.calls += not opening
+        row.failures += int(outcome.failed)
+        text, ends = session.answer(r, outcome, tokenizer.decode(row.ids))
+        ids = tokenizer(text, add_special_tokens=False).input_ids[: cap - len(row.ids)]
+        if ids:
+            row.add(ids, [0.0] * len(ids), session.role, tokenizer.decode(ids))
+        if ends:  # the episode is over (finished), or its state is unknown after a failure (truncated)
+            row.closed, row.finished = True, not outcome.failed
 
 
 def ro_device(policy: torch.nn.Module) -> torch.device:
@@ -139,7 +155,7 @@ def ro_device(policy: torch.nn.Module) -> torch.device:
 
 
 def assemble(prompts: list[list[int]], rows: list[Transcript], temperatures: torch.Tensor, tokenizer,
-             knobs: Knobs, device: torch.device) -> Rollout:
+             knobs: Knobs, device: torch.device, rewards: list[float | None] | None = None) -> Rollout:
     """The transcripts as one Rollout: policy and tool tokens in the completion, tools' in `given`."""
     texts = []
     for row in rows:
@@ -154,4 +170,6 @@ def assemble(prompts: list[list[int]], rows: list[Transcript], temperatures: tor
     return ro._replace(given=given.to(device),
                        tool_calls=torch.tensor([r.calls for r in rows], device=device),
                        tool_failures=torch.tensor([r.failures for r in rows], device=device),
-                       segments=[list(r.segments) for r in rows])
+                       segments=[list(r.segments) for r in rows],
+                       env_rewards=None if rewards is None else torch.tensor(
+                           [math.nan if v is None else v for v in rewards], device=device))

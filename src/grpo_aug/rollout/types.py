@@ -24,7 +24,8 @@ class Rollout(NamedTuple):
     # multi-turn rollouts (rollout/turns.py); None without tools
     tool_calls: torch.Tensor | None = None  # [N] tool calls the row made
     tool_failures: torch.Tensor | None = None  # [N] of them, calls that raised, timed out or were refused
-    segments: list[list[tuple[str, str]]] | None = None  # per row, (role, text) in order: policy | tool
+    segments: list[list[tuple[str, str]]] | None = None  # per row, (role, text): policy | tool | environment
+    env_rewards: torch.Tensor | None = None  # [N] an environment's reward per row (NaN: none); None: no environment
 
     @property
     def written(self) -> torch.Tensor:

@@ -41,6 +41,29 @@ class NoTools:
     active = False
 
 
+class Calls:
+    """A call protocol's side of one generate call: no state, nothing before the first turn, and a
+    row goes on after every answer."""
+
+    def __init__(self, protocol, n: int) -> None:
+        self.protocol, self.n = protocol, n
+
+    def opening(self) -> list[None]:
+        return [None] * self.n
+
+    def requests(self, rows: Sequence[int], segments: Sequence[str], transcripts: Sequence[str]
+                 ) -> list[Callable[[], object] | None]:
+        return self.protocol.requests(segments, transcripts)
+
+    role = "tool"
+
+    def answer(self, row: int, outcome, transcript: str) -> tuple[str, bool]:
+        return self.protocol.render(outcome.text, transcript), False
+
+    def rewards(self) -> None:
+        return None
+
+
 class TextTools:
     """One tool, one string argument, called through markers in plain text."""
 
@@ -70,6 +93,9 @@ class TextTools:
 
     def bind(self, tokenizer, prompt_format) -> TextTools:
         return self
+
+    def session(self, records, n: int) -> Calls:
+        return Calls(self, n)
 
     def describe(self) -> str:
         return f"{self.name} ({self.function}): {self.call}argument{self.end} -> {self.result}"
@@ -130,6 +156,9 @@ class ChatTools:
         prompt_format.with_tools(self.schemas)
         self.tokenizer = tokenizer
         return self
+
+    def session(self, records, n: int) -> Calls:
+        return Calls(self, n)
 
     def describe(self) -> str:
         return "functions " + ", ".join(self.functions) + f" ({self.open_tag}{{json}}{self.close_tag})"
