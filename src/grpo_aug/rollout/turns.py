@@ -1,14 +1,16 @@
 """Multi-turn rollouts (`rollout/tools=...`): a completion is a transcript of policy segments and
-tool segments.
+tool (or environment) segments.
 
 Each round, the engine generates every open row from its transcript so far until EOS, a stop
 string (the tool protocol's end marker among them), or the row's remaining budget. Rows that
 ended on a call get the tool's answer appended as tokens the policy did not write
 (`Rollout.given`, the same mask as a reference prefix: no loss, no KL, no entropy, no log-prob,
 and no place in the group statistics or the engine correction), and go on in the next round;
-the others are done. The engine is wrapped, not changed: the hf decode prefills the transcript
-(rows that wait for a tool have left the decode batch, so they stall nobody; the round's calls
-then run at once), and vLLM's prefix cache keeps the transcript's keys and values.
+the others are done. An environment (tools/environment.py) also opens the transcript with its
+reset observation, answers every turn, and ends the row when its episode is over. The engine is
+wrapped, not changed: the hf decode prefills the transcript (rows that wait for a tool have left
+the decode batch, so they stall nobody; the round's calls then run at once), and vLLM's prefix
+cache keeps the transcript's keys and values.
 
 Budgets: the policy's tokens count against `rollout.max_new_tokens` as in a single turn; the
 whole transcript, tool tokens included, against `rollout.tools.max_transcript_tokens`. A row that
