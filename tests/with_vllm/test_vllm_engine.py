@@ -55,10 +55,10 @@ def push(engine: VLLMEngine, policy) -> None:
     engine.sync(policy, next(_steps))  # a new step number: sync pushes once per step
 
 
-def supervised_steps(policy, tokenizer, n: int) -> None:
-    """n AdamW steps on short answers: the policy moves far from its random start and its greedy
-    choices stop being near-ties."""
-    texts = [p + "#### 7\n" for p in PROMPTS]
+def supervised_steps(policy, tokenizer, n: int, texts: list[str] | None = None) -> None:
+    """n AdamW steps on short answers (`texts`, default PROMPTS + '#### 7'): the policy moves far
+    from its random start and its greedy choices stop being near-ties."""
+    texts = texts or [p + "#### 7\n" for p in PROMPTS]
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(DEVICE)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
     policy.train()
@@ -240,17 +240,8 @@ def test_greedy_tool_transcripts_are_identical_in_the_hf_and_vllm_engines(model_
 
     tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE)
     solutions = ["[3+4]=7\n#### 7", "[12-5]=7\n#### 7", "[7+8]=15\n[15-2]=13\n#### 13", "[9+1]=10\n#### 10"]
-    enc = tokenizer([p + s + tokenizer.eos_token for p, s in zip(PROMPTS, solutions, strict=True)],
-                    return_tensors="pt", padding=True, add_special_tokens=False).to(DEVICE)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
-    policy.train()
-    for _ in range(80):
-        loss = policy(input_ids=enc.input_ids, attention_mask=enc.attention_mask,
-                      labels=enc.input_ids.masked_fill(enc.attention_mask == 0, -100)).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    policy.eval()
+    supervised_steps(policy, tokenizer, 80, [p + s + tokenizer.eos_token for p, s in zip(PROMPTS, solutions,
+                                                                                         strict=True)])
     push(engine, policy)
     tools = TextTools(max_transcript_tokens=48)
     greedy = torch.zeros(len(PROMPTS))
