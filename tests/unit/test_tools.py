@@ -166,9 +166,9 @@ def test_tool_demonstrations_show_the_answer_and_learn_the_call(tok):
 
 
 def test_tool_rounds_are_voted_across_ranks_and_a_rank_without_open_rows_stands_in(tok):
-    """Under sharded weights: this rank's row ends in round 1; the vote (the decode loop's stop
-    vote, asked whether every rank is done) says another rank still has two tool rounds to go,
-    so this rank rolls out two one-token stand-ins, which are discarded."""
+    """Under sharded weights: this rank's row ends in round 1; the vote before each round (the
+    decode loop's stop vote, asked whether every rank is done) says another rank still has a tool
+    round to go after it, so this rank rolls out a one-token stand-in, which is discarded."""
     script = {PROMPT: ("#### 9", True), "Q: 2+3+4?\nA: ": ("#### 9", True)}
     votes = []
 
@@ -180,6 +180,6 @@ def test_tool_rounds_are_voted_across_ranks_and_a_rank_without_open_rows_stands_
     engine = Scripted(script)
     ro = MultiTurnEngine(engine, tools).generate(torch.nn.Linear(1, 1), tok, [PROMPT], torch.ones(1), 1.0, 40,
                                                  all_done=all_done)
-    assert votes == [True, True, True]
-    assert [limits for _, limits in engine.calls] == [[40], [1], [1]]  # the round, then two stand-ins
+    assert votes == [False, True, True]  # before the first round this rank still had its row
+    assert [limits for _, limits in engine.calls] == [[40], [1]]  # the round, then a stand-in
     assert ro.texts == ["#### 9"] and ro.tool_calls.tolist() == [0]

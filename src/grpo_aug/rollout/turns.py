@@ -91,14 +91,12 @@ class MultiTurnEngine:
                 self._splice(rows[r], session, r, outcome, tokenizer, cap, opening=True)
             if not rows[r].closed:
                 open_rows.append(r)
-        first = True
         while True:
-            if not first and all_done is not None:  # another round anywhere: every rank joins it
+            if all_done is not None:  # a round anywhere (the first too: resets may close rows): every rank joins it
                 if all_done(not open_rows):
                     break
             elif not open_rows:
                 break
-            first = False
             if not open_rows:  # a stand-in so that this rank's forwards match the others'
                 self.engine.generate(policy, tokenizer, [prompts[0]], temperatures[:1], top_p, bound,
                                      generator=generator, all_done=all_done, knobs=round_knobs,
