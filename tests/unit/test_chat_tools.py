@@ -65,7 +65,7 @@ def test_bad_calls_are_errors_in_the_transcript(chat_dir):
     tools = ChatTools(["tool_fixtures.lookup"]).bind(tok, ChatPrompt().bind(tok, str(chat_dir)))
     segments = ["<tool_call>{not json</tool_call>", '<tool_call>{"name": "rm", "arguments": {}}</tool_call>',
                 '<tool_call>{"name": "lookup", "arguments": {"town": "Paris"}}</tool_call>', "no call </tool_call>"]
-    calls = tools.requests(segments, [""] * 4)
+    calls = tools.requests(segments)
     assert calls[3] is None
     out = tools.runner.run(calls[:3])
     assert all(o.failed for o in out)

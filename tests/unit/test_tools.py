@@ -149,7 +149,7 @@ def test_text_protocol_finds_the_call_that_ends_the_segment():
     assert t.argument("x]") is None and t.argument("[4*(2+1)]") == "4*(2+1)"
     g = TextTools(call="<<", end="=", result="{output}>>")
     assert g.argument("<<47+8=") == "47+8" and g.argument("so x =") is None
-    assert g.render("55", "") == "55>>"
+    assert g.render("55") == "55>>"
 
 
 def test_tool_demonstrations_show_the_answer_and_learn_the_call(tok):

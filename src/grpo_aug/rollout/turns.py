@@ -127,7 +127,7 @@ class MultiTurnEngine:
                 else:
                     callers.append(r)
                     segments.append(text)
-            requests = session.requests(callers, segments, [tokenizer.decode(rows[r].ids) for r in callers])
+            requests = session.requests(callers, segments)
             asked = [(r, fn) for r, fn in zip(callers, requests, strict=True) if fn is not None]
             for (r, _), outcome in zip(asked, tools.runner.run([fn for _, fn in asked]), strict=True):
                 self._splice(rows[r], session, r, outcome, tokenizer, cap)
@@ -142,7 +142,7 @@ class MultiTurnEngine:
         """The answer to a call (or an environment's observation) as tokens the policy did not write."""
         row.calls += not opening
         row.failures += int(outcome.failed)
-        text, ends = session.answer(r, outcome, tokenizer.decode(row.ids))
+        text, ends = session.answer(r, outcome)
         ids = tokenizer(text, add_special_tokens=False).input_ids[: cap - len(row.ids)]
         if ids:
             row.add(ids, [0.0] * len(ids), session.role, tokenizer.decode(ids))

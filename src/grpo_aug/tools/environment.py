@@ -76,8 +76,7 @@ class Episodes:
             self.done[r] = outcome.failed
         return out
 
-    def requests(self, rows: Sequence[int], segments: Sequence[str], transcripts: Sequence[str]
-                 ) -> list[Callable[[], object] | None]:
+    def requests(self, rows: Sequence[int], segments: Sequence[str]) -> list[Callable[[], object] | None]:
         return [functools.partial(self._step, r, s) for r, s in zip(rows, segments, strict=True)]
 
     def _step(self, row: int, action: str) -> str:
@@ -87,7 +86,7 @@ class Episodes:
 
     role = "environment"
 
-    def answer(self, row: int, outcome: Outcome, transcript: str) -> tuple[str, bool]:
+    def answer(self, row: int, outcome: Outcome) -> tuple[str, bool]:
         """The text spliced after the turn, and whether the row ends (the episode did, or its state
         is unknown after a failed step)."""
         return outcome.text, self.done[row] or outcome.failed

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from grpo_aug.tools.runner import ToolError, ToolLimits, ToolRunner
 
 MAX_CALL_CHARS = 2000  # a call's text beyond this is not parsed
+PLACEHOLDER = "\x00CALL\x00"  # an assistant turn's content, to find where the template closes the turn
 
 
 def import_function(path: str, where: str) -> Callable:
@@ -51,14 +52,13 @@ class Calls:
     def opening(self) -> list[None]:
         return [None] * self.n
 
-    def requests(self, rows: Sequence[int], segments: Sequence[str], transcripts: Sequence[str]
-                 ) -> list[Callable[[], object] | None]:
-        return self.protocol.requests(segments, transcripts)
+    def requests(self, rows: Sequence[int], segments: Sequence[str]) -> list[Callable[[], object] | None]:
+        return self.protocol.requests(segments)
 
     role = "tool"
 
-    def answer(self, row: int, outcome, transcript: str) -> tuple[str, bool]:
-        return self.protocol.render(outcome.text, transcript), False
+    def answer(self, row: int, outcome) -> tuple[str, bool]:
+        return self.protocol.render(outcome.text), False
 
     def rewards(self) -> None:
         return None
@@ -109,11 +109,11 @@ class TextTools:
             return None
         return segment[start + len(self.call) : stop][:MAX_CALL_CHARS]
 
-    def requests(self, segments: Sequence[str], transcripts: Sequence[str]) -> list[Callable[[], object] | None]:
+    def requests(self, segments: Sequence[str]) -> list[Callable[[], object] | None]:
         """Per segment, the call to run (None: the end marker closed no call: the row just goes on)."""
         return [None if (arg := self.argument(s)) is None else functools.partial(self.fn, arg) for s in segments]
 
-    def render(self, outcome_text: str, transcript: str) -> str:
+    def render(self, outcome_text: str) -> str:
         return self.result.format(output=outcome_text)
 
 
@@ -143,7 +143,7 @@ class ChatTools:
             self.schemas.append(schema)
         self.max_transcript_tokens = max_transcript_tokens
         self.runner = ToolRunner(limits or ToolLimits())
-        self.tokenizer = None
+        self.tokenizer = self.closed = None
 
     @property
     def stop(self) -> tuple[str, ...]:
@@ -154,7 +154,7 @@ class ChatTools:
             raise ValueError("rollout/tools=functions calls tools through the chat template: use "
                              "data/prompt_format=chat (a model with a chat template)")
         prompt_format.with_tools(self.schemas)
-        self.tokenizer = tokenizer
+        self.tokenizer, self.closed = tokenizer, None
         return self
 
     def session(self, records, n: int) -> Calls:
@@ -183,7 +183,7 @@ class ChatTools:
             return f"error: no tool named {str(call.get('name'))[:50]!r}; tools: {', '.join(self.functions)}"
         return fn, call.get("arguments", {})
 
-    def requests(self, segments: Sequence[str], transcripts: Sequence[str]) -> list[Callable[[], object] | None]:
+    def requests(self, segments: Sequence[str]) -> list[Callable[[], object] | None]:
         out = []
         for s in segments:
             parsed = self.parse(s)
@@ -194,13 +194,14 @@ class ChatTools:
                 out.append(functools.partial(fn, **arguments))
         return out
 
-    def render(self, outcome_text: str, transcript: str) -> str:
+    def render(self, outcome_text: str) -> str:
         """The tokens after the policy's call: the end of its turn, the `tool` message and the next
         assistant header, as the model's chat template writes them. Found by rendering the turn
         with a placeholder content: what follows the placeholder closes the assistant's turn."""
-        placeholder = "\x00CALL\x00"
-        messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": placeholder}]
-        closed = self.tokenizer.apply_chat_template(messages, tools=self.schemas, tokenize=False)
+        messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": PLACEHOLDER}]
+        if self.closed is None:  # the same for every call: rendered once
+            self.closed = self.tokenizer.apply_chat_template(messages, tools=self.schemas, tokenize=False)
+        closed, placeholder = self.closed, PLACEHOLDER
         full = self.tokenizer.apply_chat_template(messages + [{"role": "tool", "content": outcome_text}],
                                                   tools=self.schemas, tokenize=False, add_generation_prompt=True)
         if not full.startswith(closed) or placeholder not in closed:
