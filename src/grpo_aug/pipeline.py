@@ -86,6 +86,14 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
     if vllm and deepspeed:
         raise ValueError("rollout/engine=vllm under trainer=deepspeed: ZeRO-3 partitions the weights the engine is "
                          "given, and this has never run; use trainer=fsdp (FSDP2) or trainer=ddp with the engine")
+    ahead = cfg.rollout.get("ahead", 0)
+    if ahead and vllm:
+        raise ValueError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
+                         "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf engine")
+    if ahead and (fsdp2 or deepspeed) and "VLLMServerEngine" not in str(cfg.rollout.engine.get("_target_", "")):
+        raise ValueError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
+                         "its copy of the weights would be sharded, its forwards collectives on a second thread; use "
+                         "trainer=ddp, or rollout/engine=vllm_server")
     if vllm and fsdp2 and model.lora.active:
         raise ValueError("rollout/engine=vllm with model/lora=on under trainer=fsdp: the adapter's delta would be "
                          "folded from sharded LoRA weights, which has never run; use trainer=ddp with LoRA and "
@@ -138,7 +146,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
-                             updates_per_batch=algo.updates_per_rollout)
+                             updates_per_batch=algo.updates_per_rollout, **({"ahead": rollout.ahead} if rollout.ahead else {}))
     datamodule.setup("fit")
 
     began = time.monotonic()

@@ -32,6 +32,7 @@ from grpo_aug.prompts.pass_rate import pass_rates
 from grpo_aug.prompts.selection import Picked
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.groups import GroupRollout, SampledGroups
+from grpo_aug.update.ahead import AheadQueue, Sampler, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
 from grpo_aug.update.step import PreparedStep, step_report, train_scalars
 
@@ -64,6 +65,11 @@ class GRPOModule(L.LightningModule):
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
         self.val_accuracy = evaluation or HeldoutAccuracy()
+        # rollout.ahead >= 1 (update/ahead.py): the queue of rollouts sampled ahead, the hf engine's
+        # copy of the weights they sample from, and a checkpoint's queued batches to sample again
+        self.ahead: AheadQueue | None = None
+        self.sampler: Sampler | None = None
+        self.restored_queue: list[dict] = []
 
     @property
     def algo(self):
@@ -120,6 +126,18 @@ class GRPOModule(L.LightningModule):
     def on_train_start(self) -> None:
         self.logged_window = self.global_step // self.trainer.log_every_n_steps
         self.rollout.restore(next(self.policy.parameters()).device, self.global_rank)
+        if self.rollout.settings.ahead:
+            self.ahead = AheadQueue(self.rollout.settings.ahead)
+            self.sampler = None if self.rollout.engine.external else Sampler(self.policy)
+            self.rollout.engine.sync(self.policy, self.global_step)  # an external sampler starts from these weights
+            for entry in self.restored_queue:  # sampled again, from the checkpoint's weights
+                picked, rollout_step = pending_picked(entry)
+                self._submit(picked, rollout_step)
+            self.restored_queue = []
+
+    def on_train_end(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.models.saved(checkpoint.get("state_dict", {}))
@@ -128,6 +146,7 @@ class GRPOModule(L.LightningModule):
             "rollout": self.rollout.state_dict(next(self.policy.parameters()).device, self.global_rank),
             "feed": self.feed.state_dict(),  # the same on every rank
             "update": self.update.state_dict(),
+            "ahead": [] if self.ahead is None else self.ahead.pending(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -138,9 +157,12 @@ class GRPOModule(L.LightningModule):
             self.feed.load_state_dict(state["feed"])
             self.update.load_state_dict(state["update"])
             self.rollout.load_state_dict(state["rollout"])
+            self.restored_queue = list(state.get("ahead", []))
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
-    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict:
+    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict | None:
+        if self.ahead is not None:
+            return self.ahead_step(batch)
         # 1-2. the feed picks the prompts; the rollout samples, scores and dedups their groups; the
         # feed learns from them (history, selector, curriculum) before any weight moves
         rollout_step = self.global_step // self.algo.updates_per_rollout
@@ -152,14 +174,60 @@ class GRPOModule(L.LightningModule):
         # 4. the clipped-loss updates over minibatches of whole groups
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
         updates, kl_mean, beta = self.update.train(self.policy, step, handle)
-        for skipped in updates["skipped"].tolist():
-            self.counts.add_update(bool(skipped))
 
         # 5. logs, and the report the callbacks read
-        self._log_step(step, updates, beta, curriculum)
+        return self.finish_step(step, updates, kl_mean, beta, curriculum)
+
+    def finish_step(self, step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, beta: float,
+                    curriculum: dict[str, float], extra: dict[str, float] | None = None) -> dict:
+        for skipped in updates["skipped"].tolist():
+            self.counts.add_update(bool(skipped))
+        self._log_step(step, updates, beta, curriculum, extra)
         self.counts.stop_if_stuck(self.algo.max_consecutive_nonfinite, self.global_step,
                                   getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
         return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates}
+
+    # -- rollout.ahead >= 1: sample the next rollouts while this step trains (update/ahead.py) --------
+    def ahead_step(self, batch: list[Prompt]) -> dict | None:
+        queue, U = self.ahead, self.algo.updates_per_rollout
+        version = self.global_step // U  # rollout steps trained: the weights the sampler holds now
+        # 1. this call's batch, picked now, sampled on the worker from the sampler's weights
+        rollout_step = version + len(queue.jobs)  # the data step of this call's batch
+        wanted = rollout_step < -(-self.trainer.max_steps // U)  # the last k batches would never train
+        if wanted:
+            self._submit(self.feed.pick(batch, rollout_step, self.policy), rollout_step)
+            if not queue.ready:  # the first k calls only fill the queue
+                return None
+
+        # 2. the oldest rollout (k calls old), rows staler than k versions dropped; the feed observes
+        # it; the updates' ratio is against its sampler's log-probs
+        job, sampled, dropped = queue.take(version)
+        curriculum = self.feed.observe(job.picked, sampled, job.rollout_step, self.rollout.settings.rows_per_prompt)
+        step = self.prepare(sampled, len(job.picked.prompts))
+        handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
+        updates, kl_mean, beta = self.update.train(self.policy, step, handle)
+
+        # 3. the queued rollouts finish, then the sampler takes the new weights
+        queue.drain()
+        if self.sampler is not None:
+            self.sampler.push(self.policy)
+        else:
+            self.rollout.engine.sync(self.policy, self.global_step)
+        extra = {"rollout/staleness": float(version - job.version), "rollout/stale_rows": float(dropped),
+                 "rollout/stale_rows_total": float(queue.dropped)}
+        return self.finish_step(step, updates, kl_mean, beta, curriculum, extra)
+
+    def _submit(self, picked: Picked, rollout_step: int) -> None:
+        """Queue the rollout of `picked` on the worker; what it needs from this thread is read now."""
+        s, step = self.rollout.settings, self.global_step
+        state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
+        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
+        model, generator = (self.sampler.model if self.sampler is not None else self.policy), self.generator
+
+        def sample() -> SampledGroups:
+            return self.rollout.sample(model, picked.prompts, step, generator, state, rows)
+
+        self.ahead.submit(picked, rollout_step, self.global_step // self.algo.updates_per_rollout, sample)
 
     def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int
                       ) -> tuple[Picked, SampledGroups, dict[str, float]]:
@@ -180,10 +248,11 @@ class GRPOModule(L.LightningModule):
         """What the updates need from the step's groups (`picked`: prompts the feed chose)."""
         s = self.rollout.settings
         return self.update.prepare(self.policy, sampled, self.models.reference, s.filter.zero_std,
-                                   picked if s.filter.refill else None, self.rollout.engine.external)
+                                   picked if s.filter.refill else None, self.rollout.engine.external,
+                                   off_policy=sampled.versions is not None)
 
     def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float,
-                  curriculum: dict[str, float]) -> None:
+                  curriculum: dict[str, float], extra: dict[str, float] | None = None) -> None:
         sampled = step.sampled
         c = self.counts
         c.add_rewards(sampled.parts, sampled.errors, sampled.timeouts)
@@ -196,7 +265,7 @@ class GRPOModule(L.LightningModule):
         window = self.global_step // self.trainer.log_every_n_steps
         if window > self.logged_window:
             self.logged_window = window
-            scalars = {k: float(v) for k, v in values.items()}
+            scalars = {k: float(v) for k, v in values.items()} | (extra or {})
             scalars.update(self.feed.window_metrics())  # since the last write, every rank's groups
             for logger in self.trainer.loggers:
                 logger.log_metrics(scalars, step=self.global_step)

@@ -102,9 +102,11 @@ class PromptDataModule(RecordData):
         history_smoothing: float = 0.5,
         prompt_format: PlainPrompt | ChatPrompt | None = None,
         eval_path: str | None = None,
+        ahead: int = 0,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
-        `updates_per_batch` times (algo.num_iterations x algo.minibatches)."""
+        `updates_per_batch` times (algo.num_iterations x algo.minibatches). ahead: rollout.ahead,
+        batches drawn before the one in training (k more in all, and k more at a checkpoint)."""
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
@@ -114,7 +116,8 @@ class PromptDataModule(RecordData):
         self.source = source
         self.schedule = schedule
         self.updates_per_batch = updates_per_batch
-        self.total_steps = -(-total_steps // updates_per_batch)  # batches, rounded up
+        self.ahead = ahead
+        self.total_steps = -(-total_steps // updates_per_batch) + ahead  # batches, rounded up
         self.batch_size = batch_size
         self.heldout_per_bucket = heldout_per_bucket
         self.val_batch_size = val_batch_size
@@ -201,6 +204,7 @@ class PromptDataModule(RecordData):
         the next batch when it saves, so the sampler itself is one step ahead.
         """
         done = self.trainer.global_step // self.updates_per_batch if self.trainer is not None else 0
+        done += self.ahead * (done > 0)  # the queued batches are in the module's checkpoint state
         return {"next_step": done, "seed": self.seed, "schedule": self.schedule.state_dict(),
                 "history": self.history.state_dict()}
 

@@ -67,6 +67,8 @@ class SampledGroups(NamedTuple):
                                            # prefix); None: rollout/reflect=none
     present: torch.Tensor | None = None  # [n, G] rows that exist: a per-prompt budget (rollout/budget)
                                          # leaves groups short of G slots; None: every row
+    versions: torch.Tensor | None = None  # [n, G] long, the policy version (rollout steps trained) that sampled
+                                          # each row (rollout.ahead >= 1); None: the policy as it is now
 
     @property
     def rows_present(self) -> torch.Tensor:

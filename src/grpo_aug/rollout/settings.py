@@ -31,6 +31,7 @@ class RolloutSettings:
     repetition_penalty: float = 1.0
     stop: Sequence[str] = ()
     include_stop_str: bool = False
+    ahead: int = 0  # rollouts requested ahead of training (update/ahead.py); 0: each step samples its own
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -44,6 +45,9 @@ class RolloutSettings:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         if self.oversample < 1:
             raise ValueError(f"rollout.oversample must be >= 1, got {self.oversample}")
+        if not isinstance(self.ahead, int) or self.ahead < 0:
+            raise ValueError(f"rollout.ahead must be an integer >= 0 (rollouts sampled ahead of training), "
+                             f"got {self.ahead!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))

@@ -74,11 +74,13 @@ class PolicyUpdate:
         self.algo.beta.load_state_dict(state.get("beta", {}))
 
     def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference, zero_std: bool,
-                refill_wanted: int | None, external_engine: bool) -> PreparedStep:
+                refill_wanted: int | None, external_engine: bool, off_policy: bool = False) -> PreparedStep:
         """Everything the updates need, computed once per rollout; no optimizer involved.
         reference: a context giving the reference model (models.policy.PolicyModels.reference);
         zero_std: flat groups leave the update; refill_wanted: the informative groups the refill
-        aimed for (None: no refill)."""
+        aimed for (None: no refill); off_policy: the rows were sampled from older weights
+        (rollout.ahead >= 1): the ratio's denominator is their sampler's log-probs, which also
+        hold an external engine's kernel mismatch, so no separate engine correction."""
         a = self.algo
         keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
         valid = sampled.valid & keep[:, None]  # [N, G]
@@ -113,11 +115,16 @@ class PolicyUpdate:
             if a.needs_reference:
                 with reference() as model:
                     ref_logps = self.scorer.logprobs(model, ro, chunks)  # [B*G, T]
-            if a.updates_per_rollout > 1:
+            if off_policy:
+                if ro.sample_logprobs is None:
+                    raise ValueError("rollout.ahead >= 1 needs the sampler's log-probs, and this engine reports none")
+                old_logps = ro.sample_logprobs.to(ro.input_ids.device)  # [B*G, T]
+            elif a.updates_per_rollout > 1:
                 old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
         exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
         hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
-        engine_sampled = external_engine and a.engine_correction.active and ro.sample_logprobs is not None
+        engine_sampled = (external_engine and not off_policy and a.engine_correction.active
+                          and ro.sample_logprobs is not None)
         return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
                             engine_sampled, stand_in=empty)
 
