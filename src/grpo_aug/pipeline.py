@@ -90,7 +90,8 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
     if ahead and vllm:
         raise ValueError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
                          "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf engine")
-    if ahead and (fsdp2 or deepspeed) and "VLLMServerEngine" not in str(cfg.rollout.engine.get("_target_", "")):
+    server = "VLLMServerEngine" in str(cfg.rollout.engine.get("_target_", ""))
+    if ahead and (fsdp2 or deepspeed) and not server:
         raise ValueError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
                          "its copy of the weights would be sharded, its forwards collectives on a second thread; use "
                          "trainer=ddp, or rollout/engine=vllm_server")
@@ -146,7 +147,8 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
     datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
-                             updates_per_batch=algo.updates_per_rollout, **({"ahead": rollout.ahead} if rollout.ahead else {}))
+                             updates_per_batch=algo.updates_per_rollout,
+                             **({"ahead": rollout.ahead} if rollout.ahead else {}))
     datamodule.setup("fit")
 
     began = time.monotonic()

@@ -108,8 +108,8 @@ class Watch(L.Callback):
         self.outputs.append(outputs)
         if outputs:
             self.weights.append(copy.deepcopy(module.policy.state_dict()))
-            self.pushed.append(all(torch.equal(a, b) for a, b in zip(module.sampler.model.state_dict().values(),
-                                                                      module.policy.state_dict().values(), strict=True)))
+            sampler, policy = module.sampler.model.state_dict(), module.policy.state_dict()
+            self.pushed.append(all(torch.equal(a, b) for a, b in zip(sampler.values(), policy.values(), strict=True)))
 
 
 def test_a_fit_ahead_trains_rows_against_the_log_probs_of_the_weights_k_steps_old(tiny_model_dir, monkeypatch):
