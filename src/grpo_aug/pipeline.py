@@ -89,7 +89,8 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
     ahead = cfg.rollout.get("ahead", 0)
     if ahead and vllm:
         raise ValueError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
-                         "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf engine")
+                         "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf "
+                         "engine")
     server = "VLLMServerEngine" in str(cfg.rollout.engine.get("_target_", ""))
     if ahead and (fsdp2 or deepspeed) and not server:
         raise ValueError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
