@@ -114,8 +114,11 @@ class GRPOModule(L.LightningModule):
     def _vote_across_ranks(self) -> None:
         """Under sharded weights every forward is a collective, and with an engine on every rank
         (vLLM's external launcher) the engines share one world: ranks decide decode steps, refill
-        rounds and held-out padding batches together, so each makes the same calls."""
-        together = sharded(self.policy) or (self.rollout.engine.external and self.ranks.world > 1)
+        rounds and held-out padding batches together, so each makes the same calls. A vLLM server
+        answers each rank's requests on their own: nothing to decide together."""
+        engine = self.rollout.engine
+        together = getattr(engine, "shares_world", True) and (sharded(self.policy) or
+                                                              (engine.external and self.ranks.world > 1))
         self.rollout.any_rank = self.ranks.any if together else None
 
     @property
