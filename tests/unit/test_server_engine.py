@@ -32,7 +32,8 @@ class Scripted(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b'{"error": "scripted failure"}')
             return
-        reply = {"/health": None, "/v1/models": {"data": [{"id": script.get("model", "m"), "root": script.get("model", "m")}]},
+        model = script.get("model", "m")
+        reply = {"/health": None, "/v1/models": {"data": [{"id": model, "root": model}]},
                  "/tokenize": {"tokens": script.get("tokens", [1, 2, 3])}}.get(path, {})
         self.send_response(200)
         self.end_headers()
@@ -103,7 +104,8 @@ def test_a_push_writes_the_weights_then_reloads_resets_the_cache_and_sets_the_ve
     engine.sync(policy, 7)
     engine.sync(policy, 7)  # once per step
     pushes = [(p, b) for p, b in fake.seen if p not in ("/health", "/v1/models", "/tokenize")]
-    assert pushes == [("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "w")}}),
+    reload = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "w")}}
+    assert pushes == [("/collective_rpc", reload),
                       ("/reset_prefix_cache", {}), ("/update_weight_version", {"new_version": "7"})]
     written = load_file(str(tmp_path / "w" / "model.safetensors"))
     assert torch.equal(written["weight"], policy.weight) and torch.equal(written["bias"], policy.bias)

@@ -68,7 +68,8 @@ class Server:
                 text = response.read()
         except urllib.error.HTTPError as err:
             detail = err.read()[:500].decode(errors="replace")
-            raise ServerError(f"vLLM server at {self.url}: {what} ({path}) failed with HTTP {err.code}: {detail}") from err
+            raise ServerError(f"vLLM server at {self.url}: {what} ({path}) failed with HTTP {err.code}: "
+                              f"{detail}") from err
         except (urllib.error.URLError, OSError) as err:
             raise ServerError(f"vLLM server at {self.url} did not answer {what} ({path}): {err}. If it stopped, the "
                               "run stops here; start the server again and resume from the last checkpoint "
@@ -195,8 +196,8 @@ class VLLMServerEngine:
         """One request per row, `max_concurrency` in flight; records: unused (multi-turn rows
         arrive as token ids)."""
         k = knobs or Knobs()
-        prompts = (tokenizer(list(texts), add_special_tokens=False).input_ids if all(isinstance(t, str) for t in texts)
-                   else [list(t) for t in texts])
+        strings = all(isinstance(t, str) for t in texts)
+        prompts = tokenizer(list(texts), add_special_tokens=False).input_ids if strings else [list(t) for t in texts]
         budgets = [max_new_tokens] * len(texts) if limits is None else [min(int(x), max_new_tokens) for x in limits]
         # the same per-row seeds as the colocated engine: one draw per row from the run's stream
         seeds = ([0] * len(texts) if generator is None else

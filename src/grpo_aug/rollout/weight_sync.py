@@ -59,7 +59,8 @@ class NCCLSync:
 
     def __init__(self, master_address: str = "127.0.0.1", master_port: int = 29650, packed: bool = True,
                  timeout_s: float = 300.0) -> None:
-        self.master_address, self.master_port, self.packed, self.timeout_s = master_address, master_port, packed, timeout_s
+        self.master_address, self.master_port = master_address, master_port
+        self.packed, self.timeout_s = packed, timeout_s
         self.engine = None
 
     def push(self, server, policy: torch.nn.Module, step: int, sender: bool) -> None:
