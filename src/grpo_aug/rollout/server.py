@@ -100,7 +100,8 @@ class VLLMServerEngine:
     shares_world = False  # ranks' requests are independent: no decode-step votes between ranks
 
     def __init__(self, url: str = "http://127.0.0.1:8000", launch: bool = False, devices: str | None = None,
-                 serve_args: Sequence[str] = (), env: dict | None = None, served_model: str | None = None, weight_sync=None,
+                 serve_args: Sequence[str] = (), env: dict | None = None, served_model: str | None = None,
+                 weight_sync: FileSync | None = None,
                  start_timeout_s: float = 600.0, connect_timeout_s: float = 10.0, request_timeout_s: float = 600.0,
                  max_concurrency: int = 64, log_file: str = "vllm_server.log") -> None:
         if max_concurrency < 1:
