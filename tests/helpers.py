@@ -134,6 +134,20 @@ class KillAt(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillServerAt(L.Callback):
+    """SIGKILLs the vLLM server the run launched (its whole process group) when a batch starts at
+    `step`: the server dies mid-run, the trainer lives on."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        process = pl_module.rollout.engine.process
+        if trainer.global_step == self.step and process is not None and process.poll() is None:
+            os.killpg(os.getpgid(process.pid), signal.SIGKILL)
+            process.wait()
+
+
 class Recorder:
     """A stand-in logger that keeps what log_metrics received."""
 

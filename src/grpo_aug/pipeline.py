@@ -216,6 +216,21 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     ckpt_path = resume_from(cfg)
     trainer, module, datamodule = build(cfg)
+    try:
+        return fit_and_report(cfg, trainer, module, datamodule, ckpt_path, began)
+    finally:
+        stop_engine(module)
+
+
+def stop_engine(module: GRPOModule) -> None:
+    """A vLLM server the run started stops with the run, however it ends."""
+    close = getattr(module.rollout.engine, "close", None)
+    if close is not None:
+        close()
+
+
+def fit_and_report(cfg: DictConfig, trainer: L.Trainer, module: GRPOModule, datamodule: L.LightningDataModule,
+                   ckpt_path: str | None, began: float) -> dict[str, float]:
     if cfg.get("validate_before_training", True) and ckpt_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)  # the step-0 baseline
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -263,7 +278,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         datamodule.heldout_records = datamodule.heldout_records[: cfg.eval.limit]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=[], logger=loggers or False)
-    trainer.validate(module, datamodule=datamodule, verbose=False)
+    try:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    finally:
+        stop_engine(module)
     counts = {b: sum(r.bucket == b for r in datamodule.heldout_records) for b in ("easy", "medium", "hard")}
     result = {"model": str(cfg.model.name_or_path), "eval_path": cfg.data.get("eval_path"),
               "samples": cfg.eval.samples, "temperature": cfg.eval.temperature, "problems": counts,
