@@ -1,0 +1,49 @@
+"""rollout.ahead=0 takes the code path generation ahead left alone: the same 15-step run, through
+this tree and through the commit before generation ahead existed (a git worktree), logs the same
+numbers for every TensorBoard tag to 1e-6. Runs on one machine part after ~20 steps
+(docs/robustness.md), so 15 steps, side by side in one test."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, TINY, read_scalars
+
+BEFORE = "b485394"  # main before rollout.ahead (issue 41)
+RUN = ["debug=fast", *TINY, "reward=similarity", "trainer.max_steps=15", "trainer.val_check_interval=5",
+       "trainer.log_every_n_steps=1"]
+
+
+def run(tree: Path, out: Path, extra: list[str]) -> None:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(tree / "src"))  # this tree's package, not the installed
+    done = subprocess.run([sys.executable, str(tree / "train.py"), f"hydra.run.dir={out}",
+                           f"paths.cache_dir={out.parent / 'cache'}", *RUN, *extra],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_ahead_zero_logs_what_the_code_before_it_logged(tmp_path):
+    old = tmp_path / "before"
+    added = subprocess.run(["git", "worktree", "add", "--detach", str(old), BEFORE], cwd=ROOT, capture_output=True,
+                           text=True)
+    if added.returncode != 0:
+        pytest.skip(f"no commit {BEFORE} in this clone (a shallow clone?): {added.stderr.strip()[:200]}")
+    try:
+        run(old, tmp_path / "old" / "run", [])
+        run(ROOT, tmp_path / "new" / "run", ["rollout.ahead=0"])
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)
+    before, after = read_scalars(tmp_path / "old" / "run"), read_scalars(tmp_path / "new" / "run")
+    assert before.keys() == after.keys()
+    compared = 0
+    for tag, points in before.items():
+        assert [s for s, _ in after[tag]] == [s for s, _ in points], tag
+        for (_, a), (_, b) in zip(after[tag], points, strict=True):
+            assert a == pytest.approx(b, abs=1e-6, nan_ok=True), tag
+            compared += 1
+    assert compared > 500 and max(s for s, _ in before["train/loss"]) == 15
+    assert any(v != 0 for _, v in before["train/loss"])  # the updates moved the policy
