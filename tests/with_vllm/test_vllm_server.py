@@ -110,13 +110,19 @@ def test_a_server_killed_mid_run_stops_it_with_the_url_then_resume_finishes(tmp_
 
 
 @pytest.mark.slow
-def test_two_ddp_ranks_share_one_server(tmp_path):
+@pytest.mark.parametrize("ranks", [["trainer=ddp"], ["trainer=fsdp", "trainer.accelerator=cpu",
+                                                    "trainer.precision=32-true", "rollout.ahead=1"]],
+                         ids=["ddp", "fsdp2-ahead"])
+def test_two_ranks_share_one_server(tmp_path, ranks):
     port = free_port()
-    result = run_train(tmp_path, ["debug=fast", *TINY, *server(port), "trainer=ddp", "trainer.devices=2",
+    result = run_train(tmp_path, ["debug=fast", *TINY, *server(port), *ranks, "trainer.devices=2",
                                   "reward=similarity", "rollout.top_p=1.0"], timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     log = (tmp_path / "run" / "vllm_server.log").read_text()
     assert log.count("Application startup complete") == 1  # rank 0 started it, rank 1 used it
     scalars = read_scalars(tmp_path / "run")
-    assert max(v for _, v in scalars["rollout/logprob_gap"]) < TOL
     assert [s for s, _ in scalars["train/loss"]] == [1, 2, 3, 4]
+    if "rollout.ahead=1" in ranks:  # against the server's log-probs of one version before
+        assert [v for _, v in scalars["rollout/staleness"]] == [0.0, 1.0, 1.0, 1.0]
+    else:
+        assert max(v for _, v in scalars["rollout/logprob_gap"]) < TOL
