@@ -17,6 +17,11 @@ Checks (GRPO_TEST_ACCELERATOR=gpu switches the tests to CUDA, NCCL and vLLM's CU
                       DDP and FSDP2: the other rank joins them (tests/test_tool_ranks.py)
     bf16-vs-fp32      the same step under bf16-mixed and float32: log-probs within 0.01, gradient
                       cosine > 0.99 (tests/test_bf16_step.py)
+    vllm-server       tests/with_vllm/test_vllm_server.py on CUDA: a vLLM server the engine starts,
+                      its log-probs = the trainer's to 1e-4 after every weight push
+    ahead-speed       benchmarks/ahead.py: s/step and tokens/s, generation in step against ahead
+                      (rollout.ahead=1), hf engine, vLLM colocated and a vLLM server where vLLM is
+                      installed; fails when a run fails or ahead's rows are not one version old
     default-50        the default config for 50 GRPO steps: easy accuracy gains >= 0.15 over the
                       step-0 evaluation; prints rollout and update tokens/s and peak GPU memory
     deepspeed         where deepspeed is installed: trainer=deepspeed (ZeRO-3) trains 4 steps
@@ -74,6 +79,9 @@ def checks(accelerator: str, work: Path) -> list[tuple[str, str | None, list[str
                                   "a_rank_that_dies and ddp and rank1"), 300),
         ("tool-rounds", two, pytest("-m", "slow", "tests/test_tool_ranks.py", "-k", "one_rank_only"), 200),
         ("bf16-vs-fp32", None, pytest("tests/test_bf16_step.py"), 120),
+        ("vllm-server", vllm, pytest("tests/with_vllm/test_vllm_server.py", "-m", "vllm and not slow"), 200),
+        ("ahead-speed", None, [sys.executable, str(ROOT / "benchmarks" / "ahead.py"), "--accelerator", accelerator,
+                               "--steps", "10"], 240),
         ("default-50", None, default_run(accelerator, work / "default"), 420),
         ("deepspeed", None if has("deepspeed") else "deepspeed is not installed (pip install deepspeed)",
          [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={work / 'deepspeed'}", "debug=fast", *TINY,
@@ -85,6 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--accelerator", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--only", nargs="*", help="run these checks only")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for every check together")
     parser.add_argument("--default-run", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("trainer", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -95,7 +104,7 @@ def main() -> int:
         return 1
     env = dict(os.environ, GRPO_TEST_ACCELERATOR=args.accelerator, HF_HUB_OFFLINE="1")
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"grpo-gpu-check-{os.getpid()}"
-    deadline = time.time() + BUDGET_S
+    deadline = time.time() + args.budget
     failed = 0
     for name, skip, command, timeout in checks(args.accelerator, work):
         if args.only and name not in args.only:

@@ -16,7 +16,7 @@ from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grpo_aug.rollout.engine import HFEngine  # noqa: E402
 from grpo_aug.rollout.server import VLLMServerEngine  # noqa: E402
-from helpers import compose_cfg, free_port, read_scalars, run_train  # noqa: E402
+from helpers import ON_GPU, compose_cfg, free_port, read_scalars, run_train  # noqa: E402
 
 TOL = 1e-4  # as tests/with_vllm/test_vllm_engine.py: float32 rounding between the two kernels
 PROMPTS = ["What is 3 + 4?\n", "What is 12 - 5?\n", "What is 7 + 8 - 2?\n", "What is 9 + 1?\n"]
@@ -25,7 +25,10 @@ TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_
 
 
 def server(port: int) -> list[str]:
-    return ["rollout/engine=vllm_server_cpu", f"rollout.engine.url=http://127.0.0.1:{port}"]
+    engine = (["rollout/engine=vllm_server", "rollout.engine.launch=true",
+               "rollout.engine.serve_args=[--dtype,float32,--enforce-eager,--max-model-len,'512',"
+               "--gpu-memory-utilization,'0.25']"] if ON_GPU else ["rollout/engine=vllm_server_cpu"])
+    return [*engine, f"rollout.engine.url=http://127.0.0.1:{port}"]
 
 
 @pytest.fixture(scope="module")
