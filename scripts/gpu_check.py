@@ -126,6 +126,8 @@ def main() -> int:
         figures = [line for line in tail if line.startswith("{")]
         detail = figures[-1] if figures else (tail[-1] if tail else "")
         print(f"{'PASS' if ok else 'FAIL'}  {name} ({time.time() - start:.0f} s): {detail[:400]}", flush=True)
+        for line in figures[:-1] + [line for line in tail if line.startswith("|")]:  # a benchmark's rows and table
+            print("    " + line, flush=True)
         if not ok:
             print("\n".join("    " + line for line in tail[-25:]), flush=True)
     return 1 if failed else 0

@@ -44,6 +44,7 @@ def test_a_bf16_mixed_step_matches_the_float32_step(tiny_model_dir):
     module = make_module(tiny_model_dir, rollout=RolloutSettings(group_size=4, max_new_tokens=12))
     module.configure_model()
     module.policy.to(DEVICE)
+    module.models.place(torch.device(DEVICE), None)  # the reference beside it (CUDA under scripts/gpu_check.py)
     torch.manual_seed(0)
     step = prepared(module, EASY[:4])
     assert step.mask.sum() > 0 and step.advantages.abs().sum() > 0  # a step with something to learn
