@@ -152,6 +152,11 @@ def test_the_module_is_one_instantiate_of_its_config_and_a_stage_swaps_by_config
     (["trainer=fsdp", "rollout/engine=vllm", "model/lora=on"], "rollout/engine=vllm with model/lora=on under "
                                                                 "trainer=fsdp"),
     (["trainer=fsdp", "model/lora=on", "model.lora.merge_on_save=true"], "merge_on_save=true is not supported"),
+    (["rollout.ahead=1", "rollout/engine=vllm"], "rollout.ahead=1 samples on a second thread .* use "
+                                                 "rollout/engine=vllm_server"),
+    (["rollout.ahead=2", "trainer=fsdp"], "rollout.ahead=2 with the hf engine under sharded weights"),
+    (["rollout.ahead=-1"], "rollout.ahead must be an integer >= 0"),
+    (["rollout/engine=vllm_server", "rollout.engine.url=localhost:8000"], "rollout.engine.url must be an http"),
 ])
 def test_scale_out_combinations_that_cannot_run_are_refused_before_anything_loads(tmp_path, overrides, words,
                                                                                    monkeypatch):

@@ -123,7 +123,7 @@ def settings_node(node: DictConfig) -> DictConfig:
 
 
 def rollout_settings(node: DictConfig) -> RolloutSettings:
-    return instantiate(settings_node(node))
+    return instantiate_unwrapped(settings_node(node))
 
 
 def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, list[L.Callback]]:
@@ -138,6 +138,7 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
         model = dataclasses.replace(model, name_or_path=base, warmup=None)
     check_scale_out(cfg, model)
     rollout = rollout_settings(cfg.rollout)
+    instantiate_unwrapped(cfg.rollout.engine)  # checked here (a server's URL, timeouts); the module builds its own
     tools = check_tools(cfg)
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
