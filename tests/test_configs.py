@@ -156,6 +156,7 @@ def test_the_module_is_one_instantiate_of_its_config_and_a_stage_swaps_by_config
                                                  "rollout/engine=vllm_server"),
     (["rollout.ahead=2", "trainer=fsdp"], "rollout.ahead=2 with the hf engine under sharded weights"),
     (["rollout.ahead=-1"], "rollout.ahead must be an integer >= 0"),
+    (["rollout.ahead=1", "rollout.filter.refill=true"], "rollout.ahead=1 with rollout.filter.refill=true"),
     (["rollout/engine=vllm_server", "rollout.engine.url=localhost:8000"], "rollout.engine.url must be an http"),
 ])
 def test_scale_out_combinations_that_cannot_run_are_refused_before_anything_loads(tmp_path, overrides, words,

@@ -91,6 +91,9 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
         raise ValueError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
                          "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf "
                          "engine")
+    if ahead and cfg.rollout.filter.get("refill"):
+        raise ValueError(f"rollout.ahead={ahead} with rollout.filter.refill=true: refill rounds draw prompts by the "
+                         "prompt history, which the training step updates while the rollout samples; use one of them")
     server = "VLLMServerEngine" in str(cfg.rollout.engine.get("_target_", ""))
     if ahead and (fsdp2 or deepspeed) and not server:
         raise ValueError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
