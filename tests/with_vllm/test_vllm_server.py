@@ -75,6 +75,13 @@ def test_server_log_probs_equal_the_trainers_after_every_push(model_dir, engine)
             HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 16).texts)
     base = load_policy(str(model_dir)).eval()
     assert max_gap(base, ro) > 100 * TOL  # the pushed weights, not the served directory's
+    # a server someone else started: connected to, checked, and it samples the same rows
+    theirs = VLLMServerEngine(url=engine.url)
+    theirs.setup(str(model_dir), tokenizer, seed=0)
+    assert theirs.process is None
+    again = theirs.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(5))
+    mine = engine.generate(policy, tokenizer, texts, temps, 1.0, 24, generator=torch.Generator().manual_seed(5))
+    assert again.texts == mine.texts and max_gap(policy, again) < TOL
 
 
 @pytest.mark.slow
