@@ -31,6 +31,9 @@ CONDITIONAL = {
     "tools/calls_per_row": "rollout/tools only",
     "tools/failure_frequency": "rollout/tools only",
     "tools/token_share": "rollout/tools only",
+    "rollout/staleness": "rollout.ahead >= 1 only",
+    "rollout/stale_rows": "rollout.ahead >= 1 only",
+    "rollout/stale_rows_total": "rollout.ahead >= 1 only",
 }
 OPTIONS = ["debug=fast", *TINY, "trainer.max_steps=6", "rollout.filter.zero_std=false", "data/difficulty=online",
            "rollout.oversample=2", "rollout.selector.predictor.warmup_groups=2", "callbacks.alerts.window=2",
