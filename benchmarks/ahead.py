@@ -25,7 +25,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+from scale_out import step_times  # noqa: E402
+
 from helpers import free_port, read_scalars  # noqa: E402
 
 MODELS = {"tiny": dict(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, new_tokens=48),
@@ -40,19 +42,6 @@ def engines(accelerator: str) -> dict[str, list[str]]:
         return {"hf": [], "vLLM colocated": ["rollout/engine=vllm", "rollout.engine.dtype=float32",
                                              "rollout.engine.max_model_len=512"], "vLLM server": serve}
     return {"hf": [], "vLLM colocated": ["rollout/engine=vllm_cpu"], "vLLM server": ["rollout/engine=vllm_server_cpu"]}
-
-
-def step_seconds(run_dir: Path) -> list[float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    walls = {}
-    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(f))
-        acc.Reload()
-        if "train/loss" in acc.Tags()["scalars"]:
-            walls.update({e.step: e.wall_time for e in acc.Scalars("train/loss")})
-    steps = sorted(s for s in walls if s >= 3)
-    return [walls[b] - walls[a] for a, b in zip(steps, steps[1:], strict=False)]
 
 
 def run(model: str, engine: list[str], ahead: int, steps: int, accelerator: str, tmp: Path) -> dict:
@@ -70,7 +59,7 @@ def run(model: str, engine: list[str], ahead: int, steps: int, accelerator: str,
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": (done.stdout + done.stderr).strip().splitlines()[-1][:200]}
-    seconds = statistics.median(step_seconds(out))
+    seconds = statistics.median(step_times(out))
     scalars = read_scalars(out)
     lengths = [v for s, v in scalars["health/completion_length_mean"] if s >= 3]
     staleness = sorted({v for s, v in scalars.get("rollout/staleness", []) if s >= 2})

