@@ -79,9 +79,10 @@ ARMS = {
 }
 
 
-def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str]) -> dict:
+def run_arm(overrides: list[str], seed: int, out: Path, extra: list[str], val_check_interval: int = 25) -> dict:
     # evaluations every 25 steps: every arm nears its easy final by step 50
-    cmd = [sys.executable, "train.py", "trainer.val_check_interval=25", *overrides, *extra, f"seed={seed}",
+    cmd = [sys.executable, "train.py", f"trainer.val_check_interval={val_check_interval}", *overrides, *extra,
+           f"seed={seed}",
            f"hydra.run.dir={out}"]
     start = time.time()
     # this tree's source, even when another checkout is installed in editable mode

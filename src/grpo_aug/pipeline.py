@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int, tools=None) -> str:
     """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up
     (tools: the rollout's, whose protocol a share of the demonstrations is written in)."""
-    path = model.name_or_path
+    path, base_id = model.name_or_path, None
     if path is None:
         path = model.tiny(cache_dir=cache_dir, seed=seed)
+        base_id = Path(path).name  # named by its build settings, the same on every machine
     if model.warmup is not None and model.warmup.steps > 0:
-        path = supervised_warmup(path, records, cache_dir, model.warmup, seed, tools)
+        path = supervised_warmup(path, records, cache_dir, model.warmup, seed, tools, base_id)
     return str(path)
 
 

@@ -156,8 +156,11 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
     for g in lay.groups:
         end = start + len(g.index)
         qt, kt, vt = (_unpack(z[start:end], g.index, len(g.prompt_of), g.t) for z in (q, k, v))  # [n, heads, t, D]
-        kt = torch.cat([kp[g.prompt_of], kt], dim=2)  # [n, KV, P+t, D]
-        vt = torch.cat([vp[g.prompt_of], vt], dim=2)
+        # index_select, not kp[prompt_of]: a prompt repeats across its group's rows, and indexing's
+        # backward adds those rows' gradients with parallel atomic adds on a CPU (an order that
+        # varies from run to run); index_select's backward sums them in a fixed order
+        kt = torch.cat([kp.index_select(0, g.prompt_of), kt], dim=2)  # [n, KV, P+t, D]
+        vt = torch.cat([vp.index_select(0, g.prompt_of), vt], dim=2)
         outs.append(_pack(_attend(qt, kt, vt, g.mask, a.scaling), g.index))  # [m, Hq*D]
         start = end
     out = torch.cat(outs)  # [M, Hq*D]
@@ -188,6 +191,6 @@ def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, at
     # the vocabulary projection only where a completion token is predicted
     wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H], completion tokens in packed order
     logits = model.lm_head(rms_norm(wanted, core.norm))  # [U + Mt, V]
-    first = logits[: lay.u][lay.row_prompt, None]  # [N, 1, V]
+    first = logits[: lay.u].index_select(0, lay.row_prompt)[:, None]  # [N, 1, V] (index_select: see _layer)
     tail = logits.new_zeros(lay.n * lay.t, logits.shape[-1]).index_copy(0, lay.index_tail, logits[lay.u :])
     return torch.cat([first, tail.view(lay.n, lay.t, logits.shape[-1])], dim=1)  # [N, T, V]

@@ -51,11 +51,12 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
                  position_ids=position_ids[first, :prompt_len], use_cache=True, logits_to_keep=1,
                  **cache_kwargs(model, cache))
     for layer in cache.layers:  # [U, KV, P, D] -> [N, KV, P, D], differentiable
-        layer.keys, layer.values = layer.keys[row_prompt], layer.values[row_prompt]
+        # index_select: its backward sums a prompt's rows in a fixed order (lean/forward.py, _layer)
+        layer.keys, layer.values = layer.keys.index_select(0, row_prompt), layer.values.index_select(0, row_prompt)
     tail = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
                  position_ids=position_ids[:, prompt_len:-1], use_cache=True,
                  **cache_kwargs(model, cache)).logits  # [N, T-1, V]
-    return torch.cat([head.logits[row_prompt, -1:], tail], dim=1)  # [N, T, V]
+    return torch.cat([head.logits[:, -1:].index_select(0, row_prompt), tail], dim=1)  # [N, T, V]
 
 
 def token_logprobs(

@@ -22,6 +22,8 @@ class WarmupSettings:
     batch_size: int
     buckets: Sequence[str]
     off_by_one: float  # share of demonstrations whose final result is one too high
+    seed: int | None = None  # the warm-up's batch order and slips; None: the run's seed
+    shipped: bool = True  # load the shipped start of the same recipe, if any (models/shipped.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "buckets", tuple(self.buckets))

@@ -30,6 +30,7 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.distributed import first_process
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
+from grpo_aug.models.shipped import RECIPE, recipe_key, shipped_start
 from grpo_aug.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -119,13 +120,17 @@ def model_key(name_or_path: str | Path) -> str:
 
 
 def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache_dir: str | Path,
-                      settings: WarmupSettings, seed: int = 0, tools=None) -> Path:
+                      settings: WarmupSettings, seed: int = 0, tools=None, base_id: str | None = None) -> Path:
     """Train settings.steps SFT steps on the solutions of `records` in settings.buckets; return the saved dir.
 
     tools: a text tool protocol (rollout/tools) whose `warmup_share` of the demonstrations is
     written with tool calls, from the clean record (the calculator writes the result, so the
-    planted slip has no place in it), so that RL has a rare behaviour to reinforce."""
+    planted slip has no place in it), so that RL has a rare behaviour to reinforce.
+    base_id: the base model's name independent of the machine that wrote its files (the tiny
+    model's build settings): with it, a shipped start of the same recipe is loaded, not built
+    (models/shipped.py; settings.shipped=false builds it anyway)."""
     steps, lr, batch_size = settings.steps, settings.lr, settings.batch_size
+    seed = seed if settings.seed is None else settings.seed
     pool = [r for r in records if r.bucket in settings.buckets]
     if not pool:
         raise ValueError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
@@ -143,11 +148,17 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     data_key = hashlib.sha1("".join(d.key() for d in pool).encode()).hexdigest()
     spec = dict(base=model_key(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
                 schedule="cosine")
+    recipe = None if base_id is None else {**spec, "base": base_id}
+    if recipe is not None and settings.shipped:
+        start = shipped_start(recipe)
+        if start is not None:
+            log.info("supervised warm-up: the shipped start %s (the same weights on every machine)", start)
+            return start
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(cache_dir) / f"warmup-{key}"
     if (out / "config.json").is_file():
         log.info("supervised warm-up: cached at %s", out)
-        return out
+        return write_recipe(out, recipe)
 
     tokenizer = load_tokenizer(str(name_or_path))
     model = load_policy(str(name_or_path))
@@ -172,4 +183,12 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         schedule.step()
         progress.update(step + 1, loss=f"{loss.item():.4f}")
     progress.close()
-    return save_pretrained_dir(model, tokenizer, out)
+    return write_recipe(save_pretrained_dir(model, tokenizer, out), recipe)
+
+
+def write_recipe(out: Path, recipe: dict | None) -> Path:
+    """Record in a warm-up directory the machine-independent recipe it was built from (what
+    scripts/ship_start.py ships it under)."""
+    if recipe is not None and not (out / RECIPE).is_file():
+        (out / RECIPE).write_text(json.dumps({"recipe": recipe, "recipe_key": recipe_key(recipe)}, indent=1))
+    return out

@@ -197,6 +197,7 @@ class PromptSelection:
                 caught = w["skipped"] * precision
                 if caught + w["passed_flat"] > 0:
                     values["selector/recall"] = caught / (caught + w["passed_flat"])
+        values.update(spread_of_training(self.history))
         self.window = dict.fromkeys(w, 0)
         return values
 
@@ -215,6 +216,19 @@ class PromptSelection:
     def flat_rows_frac(self) -> float | None:
         """Rows rolled out in groups that came out flat / rows rolled out, over the whole run."""
         return self.flat_rows_total / self.rows_total if self.rows_total else None
+
+
+def spread_of_training(history: PromptHistory) -> dict[str, float]:
+    """How the run's rollouts spread over the training prompts so far: distinct prompts rolled out,
+    and rollouts per such prompt (mean and most). A selector that keeps returning to the prompts it
+    predicts informative raises the mean: train reward then rises on prompts the policy has seen
+    many times, which held-out accuracy need not follow (docs/sample-efficiency.md, "Learn from any
+    start")."""
+    attempts = [r.attempts for r in history.records.values() if r.attempts]
+    if not attempts:
+        return {}
+    return {"prompts/seen": float(len(attempts)), "prompts/attempts_mean": sum(attempts) / len(attempts),
+            "prompts/attempts_max": float(max(attempts))}
 
 
 class RankedSelection(PromptSelection):

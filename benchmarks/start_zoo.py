@@ -1,0 +1,139 @@
+"""A zoo of warm-up starts: does an arm learn from every start, not only from this machine's?
+
+The default job's start is its supervised warm-up. 1,000 Adam steps amplify the last bits in which
+CPU kernels and thread counts differ, so another machine can build another start from the same
+config (issue 49: held-out easy 0.340 / medium 0.250 / hard 0.165 where this machine kind builds
+0.210 / 0.355 / 0.220). The zoo builds starts that differ the way machines and seeds do: the
+warm-up's batch order and slip draws (`model.warmup.seed`), its length, its learning rate, its slip
+share. Every start trains the GRPO run with seed 0; each arm is `python train.py <start's warm-up
+overrides> <arm's overrides> seed=0`, one run at a time per job (a start's warm-up is cached by the
+first arm and reused by the others).
+
+    python benchmarks/start_zoo.py                                   # every start, arms default plain
+    python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit
+    python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
+
+Final = mean of the held-out evaluations at steps 100, 150 and 200 (every 50 steps, greedy, 200
+prompts per bucket); start = the step-0 evaluation. Prints one JSON line per run, then the table:
+per bucket the start, each arm's final and gain, and each arm's final minus plain's; then the
+run times. `--table <json>` prints the table of a saved results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sample_efficiency import ARMS, BUCKETS, run_arm  # noqa: E402
+
+W = "model.warmup."
+# Each start is the default config's warm-up with a few of its settings moved. `shipped` is the
+# default itself: the start every default job loads (src/grpo_aug/models/starts/).
+STARTS = {
+    "shipped": [],
+    "wseed1": [f"{W}seed=1"],
+    "wseed2": [f"{W}seed=2"],
+    "wseed3_800": [f"{W}seed=3", f"{W}steps=800"],
+    "steps700": [f"{W}steps=700"],
+    "steps500": [f"{W}steps=500"],
+    "lr2e-3_800": [f"{W}lr=2.0e-3", f"{W}steps=800"],
+    "slip0.8_800": [f"{W}off_by_one=0.8", f"{W}steps=800", f"{W}seed=4"],
+}
+
+
+def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: list[str], results: dict,
+              out: Path | None, lock: threading.Lock) -> None:
+    for arm in arms:
+        overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
+        run = run_arm(overrides, 0, workdir / f"{start}-{arm}", [], val_check_interval=50)
+        with lock:
+            results.setdefault(start, {})[arm] = run
+            print(json.dumps({"start": start, "arm": arm, **run}), flush=True)
+            if out is not None:
+                out.write_text(json.dumps(results, indent=1))
+
+
+def table(results: dict) -> str:
+    arms = list(dict.fromkeys(a for runs in results.values() for a in runs))
+    out = []
+    for b in BUCKETS:
+        head = " | ".join(f"{a} final (gain)" for a in arms)
+        vs = [a for a in arms if a != "plain"]
+        out += [f"**{b}**", "", f"| start | start acc | {head} | " + " | ".join(f"{a} - plain" for a in vs) + " |",
+                "|---" * (2 + len(arms) + len(vs)) + "|"]
+        for start, runs in results.items():
+            first = next(iter(runs.values()))[b][0]
+            cells = [f"{runs[a][f'final_{b}']:.3f} ({runs[a][f'final_{b}'] - runs[a][b][0]:+.3f})" if a in runs
+                     else "" for a in arms]
+            diffs = [f"{runs[a][f'final_{b}'] - runs['plain'][f'final_{b}']:+.3f}" if a in runs and "plain" in runs
+                     else "" for a in vs]
+            out.append(f"| {start} | {first:.3f} | " + " | ".join(cells + diffs) + " |")
+        means = []
+        for a in arms:
+            done = [r for r in results.values() if a in r]
+            means.append(f"{statistics.mean(r[a][f'final_{b}'] for r in done):.3f} "
+                         f"({statistics.mean(r[a][f'final_{b}'] - r[a][b][0] for r in done):+.3f})" if done else "")
+        gaps = []
+        for a in vs:
+            both = [r for r in results.values() if a in r and "plain" in r]
+            gaps.append(f"{statistics.mean(r[a][f'final_{b}'] - r['plain'][f'final_{b}'] for r in both):+.3f}"
+                        if both else "")
+        out += ["| mean | | " + " | ".join(means + gaps) + " |", ""]
+    out += ["| start | " + " | ".join(f"{a} run s" for a in arms) + " |", "|---" * (1 + len(arms)) + "|"]
+    for start, runs in results.items():
+        out.append(f"| {start} | " + " | ".join(f"{runs[a]['wall_s']:.0f}" if a in runs else "" for a in arms) + " |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
+    parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=list(ARMS))
+    parser.add_argument("--cache", type=Path, default=Path("outputs/cache"),
+                        help="warm-up cache (default: the project's; earlier builds are reused)")
+    parser.add_argument("--jobs", type=int, default=1, help="starts run at once, each with cores/jobs threads")
+    parser.add_argument("--out", type=Path, default=None, help="JSON results file, rewritten after every run")
+    parser.add_argument("--table", type=Path, default=None, help="print the table of a saved results file and exit")
+    parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
+    args = parser.parse_args()
+    if args.table is not None:
+        print(table(json.loads(args.table.read_text())))
+        return
+    results: dict = json.loads(args.out.read_text()) if args.out is not None and args.out.is_file() else {}
+    todo = [s for s in args.starts if any(a not in results.get(s, {}) for a in args.arms)]
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # each train.py child reads it
+    lock = threading.Lock()
+    began = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        queue = list(todo)
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    start = queue.pop(0)
+                arms = [a for a in args.arms if a not in results.get(start, {})]
+                run_start(start, arms, args.cache.resolve(), Path(tmp), args.extra, results, args.out, lock)
+
+        pool = [threading.Thread(target=worker) for _ in range(args.jobs)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    print(f"{time.time() - began:.0f} s in all, {args.jobs} job(s) of {threads} thread(s)")
+    print(table({s: results[s] for s in STARTS if s in results}))
+
+
+if __name__ == "__main__":
+    main()
