@@ -33,7 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sample_efficiency import ARMS, BUCKETS, run_arm  # noqa: E402
+from sample_efficiency import ARMS, BUCKETS, ROOT, run_arm  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "src"))
+from grpo_aug.eventlog import read_scalars  # noqa: E402
 
 W = "model.warmup."
 # Each start is the default config's warm-up with a few of its settings moved. `shipped` is the
@@ -50,11 +53,39 @@ STARTS = {
 }
 
 
+def _mean(points: list[tuple[int, float]], lo: int = 0, hi: int = 10**9) -> float | None:
+    values = [v for s, v in points if lo <= s <= hi]
+    return statistics.mean(values) if values else None
+
+
+def diagnose(run_dir: Path) -> dict:
+    """What the run trained on, beside what it learned: train reward early and late, the rollouts
+    per distinct prompt, completion lengths, reward per temperature rung, the share of steps per
+    bucket and the KL (the candidates for a run whose train reward rises while held-out falls)."""
+    scalars = read_scalars(run_dir)
+    out = {"train_reward_first25": _mean(scalars.get("train/reward", []), 0, 25),
+           "train_reward_last25": _mean(scalars.get("train/reward", []), 175),
+           "completion_length_mean": _mean(scalars.get("health/completion_length_mean", [])),
+           "kl_last": _mean(scalars.get("health/kl_mean", []), 175)}
+    for tag in ("prompts/seen", "prompts/attempts_mean", "prompts/attempts_max"):
+        if scalars.get(tag):
+            out[tag] = max(scalars[tag])[1]  # the value at the run's last write
+    for tag, points in scalars.items():
+        if tag.startswith("rollout/reward_by_temperature/"):
+            out["reward_T" + tag.rsplit("/", 1)[1]] = _mean(points)
+    drawn = [int(v) for _, v in scalars.get("curriculum/bucket", [])]
+    for i, b in enumerate(BUCKETS):
+        if drawn:
+            out[f"share_{b}"] = drawn.count(i) / len(drawn)
+    return out
+
+
 def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: list[str], results: dict,
               out: Path | None, lock: threading.Lock) -> None:
     for arm in arms:
         overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
         run = run_arm(overrides, 0, workdir / f"{start}-{arm}", [], val_check_interval=50)
+        run["why"] = diagnose(workdir / f"{start}-{arm}")
         with lock:
             results.setdefault(start, {})[arm] = run
             print(json.dumps({"start": start, "arm": arm, **run}), flush=True)
@@ -88,10 +119,34 @@ def table(results: dict) -> str:
             gaps.append(f"{statistics.mean(r[a][f'final_{b}'] - r['plain'][f'final_{b}'] for r in both):+.3f}"
                         if both else "")
         out += ["| mean | | " + " | ".join(means + gaps) + " |", ""]
+    out += why_table(results, arms)
     out += ["| start | " + " | ".join(f"{a} run s" for a in arms) + " |", "|---" * (1 + len(arms)) + "|"]
     for start, runs in results.items():
         out.append(f"| {start} | " + " | ".join(f"{runs[a]['wall_s']:.0f}" if a in runs else "" for a in arms) + " |")
     return "\n".join(out)
+
+
+WHY = ["train_reward_first25", "train_reward_last25", "prompts/seen", "prompts/attempts_mean", "prompts/attempts_max",
+       "completion_length_mean", "share_easy", "share_medium", "share_hard", "kl_last"]
+
+
+def why_table(results: dict, arms: list[str]) -> list[str]:
+    """Per arm, the mean over starts of what its runs trained on (`diagnose`)."""
+    runs = {a: [r[a]["why"] for r in results.values() if a in r and "why" in r[a]] for a in arms}
+    if not any(runs.values()):
+        return []
+    rungs = sorted({k for w in runs.values() for d in w for k in d if k.startswith("reward_T")},
+                   key=lambda k: float(k[len("reward_T"):]))
+    keys = WHY + rungs
+    out = ["**What the runs trained on** (mean over starts)", "", "| arm | " + " | ".join(keys) + " |",
+           "|---" * (1 + len(keys)) + "|"]
+    for a, whys in runs.items():
+        cells = []
+        for k in keys:
+            values = [w[k] for w in whys if w.get(k) is not None]
+            cells.append(f"{statistics.mean(values):.3g}" if values else "")
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return [*out, ""]
 
 
 def main() -> None:
@@ -104,9 +159,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON results file, rewritten after every run")
     parser.add_argument("--table", type=Path, default=None, help="print the table of a saved results file and exit")
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
+    parser.add_argument("--diagnose", type=Path, default=None,
+                        help="with --table: fill each run's `why` from <dir>/<start>-<arm> (kept run directories)")
     args = parser.parse_args()
     if args.table is not None:
-        print(table(json.loads(args.table.read_text())))
+        results = json.loads(args.table.read_text())
+        if args.diagnose is not None:
+            for start, runs in results.items():
+                for arm, run in runs.items():
+                    if (args.diagnose / f"{start}-{arm}" / "tensorboard").is_dir():
+                        run["why"] = diagnose(args.diagnose / f"{start}-{arm}")
+            args.table.write_text(json.dumps(results, indent=1))
+        print(table(results))
         return
     results: dict = json.loads(args.out.read_text()) if args.out is not None and args.out.is_file() else {}
     todo = [s for s in args.starts if any(a not in results.get(s, {}) for a in args.arms)]
