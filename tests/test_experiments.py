@@ -7,19 +7,21 @@ import pytest
 from hydra.utils import instantiate
 
 from grpo_aug.algo.advantages import NoScale
-from grpo_aug.algo.aggregate import ConstantNorm, RowMean, TokenMean
+from grpo_aug.algo.aggregate import ConstantNorm, RowMean, RowSum, TokenMean
+from grpo_aug.algo.objectives import CISPO, SAPO, VESPO, Clipped
 from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
 from grpo_aug.data.prompt_format import ChatPrompt
 from grpo_aug.pipeline import rollout_settings, train
 from grpo_aug.rewards import SoftMathReward
-from helpers import ROOT, TINY, build_chat_model, compose_cfg
+from helpers import ROOT, TINY, build_chat_model, compose_cfg, read_scalars
 
 # trl_gsm8k needs a reward model besides the policy: test_a_trl_gsm8k_script_ports_by_config
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem != "trl_gsm8k")
 
 
 def test_the_experiments_the_readme_lists_exist():
-    assert EXPERIMENTS == ["dapo", "dr_grpo", "gsm8k_chat_calculator", "gsm8k_qwen2.5_0.5b_instruct", "gspo", "tiny"]
+    assert EXPERIMENTS == ["cispo", "dapo", "dr_grpo", "gsm8k_chat_calculator", "gsm8k_qwen2.5_0.5b_instruct", "gspo",
+                           "luspo", "sapo", "tiny", "vespo"]
     assert (ROOT / "conf" / "experiment" / "trl_gsm8k.yaml").is_file()
 
 
@@ -40,6 +42,23 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     cfg, algo, rollout = _settings(tmp_path, "gspo")
     assert isinstance(algo.ratio, SequenceRatio) and algo.clip_eps_high == pytest.approx(4e-4)
     assert not algo.needs_reference and algo.minibatches == 2
+
+    cfg, algo, rollout = _settings(tmp_path, "cispo")
+    assert isinstance(algo.surrogate, CISPO) and algo.surrogate.max_ratio == 5.0 and isinstance(algo.loss, TokenMean)
+    assert algo.objective.surrogate is algo.surrogate and not algo.needs_reference
+
+    cfg, algo, rollout = _settings(tmp_path, "sapo")
+    assert isinstance(algo.surrogate, SAPO) and (algo.surrogate.tau_pos, algo.surrogate.tau_neg) == (1.0, 1.05)
+    assert isinstance(algo.loss, RowMean)
+
+    cfg, algo, rollout = _settings(tmp_path, "luspo")
+    assert isinstance(algo.ratio, SequenceRatio) and isinstance(algo.loss, RowSum)
+    assert isinstance(algo.surrogate, Clipped) and algo.objective.surrogate is None
+
+    cfg, algo, rollout = _settings(tmp_path, "vespo")
+    assert isinstance(algo.surrogate, VESPO) and isinstance(algo.ratio, TokenRatio)
+    assert (algo.surrogate.k_pos, algo.surrogate.lambda_pos, algo.surrogate.k_neg, algo.surrogate.lambda_neg) == (
+        2.0, 3.0, 3.0, 2.0)
 
     cfg, algo, rollout = _settings(tmp_path, "tiny")
     default = compose_cfg(tmp_path, [])
@@ -95,7 +114,6 @@ def test_a_trl_gsm8k_script_ports_by_config(tmp_path):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
 
-    from helpers import read_scalars
 
     shared = ROOT.parent / "shared" / "data" / "gsm8k"
     if not (shared / "train.jsonl").exists():
@@ -123,3 +141,13 @@ def test_a_trl_gsm8k_script_ports_by_config(tmp_path):
         values = [v for _, v in scalars[f"reward/{name}/mean"]]
         assert len(values) == 4, name
     assert all(0 < v < 1 for _, v in scalars["reward/reward_model/mean"])  # a sigmoid of a real forward
+
+
+def test_entropy_masking_trains_on_the_top_share_and_logs_it(tmp_path):
+    """algo.top_entropy_quantile=0.25 on a short run: each step's policy gradient acts on about a
+    quarter of the loss tokens (ties at the threshold count as kept), and the share is logged."""
+    train(compose_cfg(tmp_path, ["debug=fast", *TINY, "algo.top_entropy_quantile=0.25", "rollout.max_new_tokens=16",
+                                      "reward=similarity"]))
+    kept = [v for _, v in read_scalars(tmp_path / "run").get("train/entropy_kept_frac", [])]
+    assert len(kept) == 4, kept
+    assert all(0.2 <= v <= 0.4 for v in kept), kept

@@ -5,6 +5,8 @@ per_token and mask are [R, T] (R rows). The choice changes which completions wei
                    equally, so tokens of long completions count less (GRPO paper)
     token_mean     sum over all tokens / number of tokens: every token counts equally (DAPO)
     constant_norm  sum over all tokens / (R x constant): no length bias either way (Dr. GRPO)
+    row_sum        sum over each row's tokens, then mean over rows: with GSPO's sequence ratio,
+                   each row's loss scaled by its length (LUSPO)
 A row whose mask is all zero contributes 0 to every variant.
 
 `part(per_token, mask, rows, tokens)` is the contribution of a slice of the rows to the loss of
@@ -47,3 +49,10 @@ class ConstantNorm(Aggregate):
 
     def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
         return (per_token * mask).sum() / (max(rows, 1) * self.constant)
+
+
+class RowSum(Aggregate):
+    name = "row_sum"
+
+    def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:
+        return (per_token * mask).sum() / max(rows, 1)

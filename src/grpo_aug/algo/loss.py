@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -37,6 +38,7 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     pg_weight: torch.Tensor | None = None,
+    surrogate=None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
@@ -47,19 +49,29 @@ def policy_loss(
     ref_logps None (no reference model: beta is 0 for the whole run) means no KL term.
     `entropy` must carry gradient when entropy_coef > 0 (the bonus rewards spread-out distributions).
     `pg_weight` [..., T] (detached) scales each token's policy-gradient term, not its KL: the
-    engine-trainer mismatch correction (algo/engine_correction).
+    engine-trainer mismatch correction (algo/engine_correction), and the entropy mask.
+    `surrogate`: a policy-gradient term from algo/objectives.py in place of the PPO clip (None:
+    the clip; the clip settings are then unused).
     """
     T = logps.shape[-1]
     mask = mask.to(logps.dtype)
-    log_ratio = ratio((logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND), mask)  # [..., T] or [..., 1]
+    token_log_ratio = (logps - old_logps).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [..., T]
+    log_ratio = ratio(token_log_ratio, mask)  # [..., T] or [..., 1]
     ratio_t = torch.exp(log_ratio).expand_as(logps)  # [..., T]
     adv = advantages.unsqueeze(-1)  # [..., 1]
-    clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
-    pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
-    dual = torch.zeros_like(pg, dtype=torch.bool)  # [..., T]
-    if clip_ratio_c is not None:
-        dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
-        pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
+    dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
+    if surrogate is None:
+        clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
+        pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
+        if clip_ratio_c is not None:
+            dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
+            pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
+        with torch.no_grad():
+            low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
+            high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
+    else:
+        pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t)  # [..., T]
+        low, high = bounds["low"], bounds["high"]
     if ref_logps is None:
         kl_tokens = torch.zeros_like(logps)  # [..., T]
     else:
@@ -74,8 +86,7 @@ def policy_loss(
     with torch.no_grad():
         on = mask > 0
         n = mask.sum().clamp(min=1.0)
-        low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0) & on  # the min picked the clipped side
-        high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0) & on
+        low, high = low & on, high & on
         zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
         stats = {
             "kl_mean": (kl_tokens * mask).sum() / n,
@@ -101,6 +112,7 @@ class ClippedObjective:
     ratio: RatioFn = field(default_factory=TokenRatio)
     clip_ratio_c: float | None = None
     entropy_coef: float = 0.0
+    surrogate: Any = None  # algo/objectives.py's term in place of the clip; None: the clip
 
     def __call__(self, logps: torch.Tensor, ref_logps: torch.Tensor | None, old_logps: torch.Tensor,
                  advantages: torch.Tensor, mask: torch.Tensor, beta: float, aggregate: Aggregate,
@@ -109,7 +121,7 @@ class ClippedObjective:
         return policy_loss(logps, ref_logps, old_logps, advantages, mask, beta=beta, clip_eps_low=self.clip_eps_low,
                            clip_eps_high=self.clip_eps_high, kl=self.kl, aggregate=aggregate, ratio=self.ratio,
                            clip_ratio_c=self.clip_ratio_c, entropy=entropy, entropy_coef=self.entropy_coef,
-                           pg_weight=pg_weight)
+                           pg_weight=pg_weight, surrogate=self.surrogate)
 
 
 STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")
@@ -119,7 +131,7 @@ def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch
     """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
     stat (entropy is measured on some updates only), maxima for the *_max entries."""
     names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
-             "ratio_max", "entropy", "logprob_gap", "is_ratio_mean", "is_ratio_max", "is_masked_frac")
+             "ratio_max", "entropy", "logprob_gap", "is_ratio_mean", "is_ratio_max", "is_masked_frac", "entropy_kept")
     merged = {}
     for name in names:
         reporting = [p for p in parts if name in p]

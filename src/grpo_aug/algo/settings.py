@@ -13,7 +13,8 @@ from grpo_aug.algo.engine_correction import TokenTruncate
 from grpo_aug.algo.kl import k3_kl
 from grpo_aug.algo.loss import ClippedObjective
 from grpo_aug.algo.masks import LossMask
-from grpo_aug.algo.ratio import TokenRatio
+from grpo_aug.algo.objectives import VESPO, Clipped
+from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class AlgoSettings:
     kl: Any = k3_kl  # a KL estimator from algo/kl: (logps, ref_logps, bound) -> per-token KL
     ratio: Any = field(default_factory=TokenRatio)  # the importance-ratio level from algo/ratio
     engine_correction: Any = field(default_factory=TokenTruncate)  # algo/engine_correction: external engines' rows
+    surrogate: Any = field(default_factory=Clipped)  # the policy-gradient term from algo/surrogate
+    top_entropy_quantile: float = 1.0  # the loss trains the tokens in the batch's top entropy share; 1.0: all
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     clip_ratio_c: float | None = None  # verl's dual clip for negative advantages (> 1); None = off
@@ -61,6 +64,13 @@ class AlgoSettings:
             (callable(self.engine_correction) and hasattr(self.engine_correction, "active"),
              f"algo.engine_correction must be a variant from the algo/engine_correction group (none|token_truncate|"
              f"token_mask|sequence_truncate|sequence_mask), got {self.engine_correction!r}"),
+            (hasattr(self.surrogate, "name"),
+             f"algo.surrogate must be a term from the algo/surrogate group (algo/surrogate=clipped|cispo|sapo|vespo), "
+             f"got {self.surrogate!r}"),
+            (not (isinstance(self.surrogate, VESPO) and isinstance(self.ratio, SequenceRatio)),
+             "algo/surrogate=vespo weights each row by its own sequence ratio: use algo/ratio=token with it"),
+            (0 < self.top_entropy_quantile <= 1,
+             f"algo.top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}"),
             (self.clip_ratio_c is None or self.clip_ratio_c > 1,
              f"algo.clip_ratio_c must be > 1 or null, got {self.clip_ratio_c}"),
             (self.entropy_coef >= 0, f"algo.entropy_coef must be >= 0, got {self.entropy_coef}"),
@@ -104,7 +114,7 @@ class AlgoSettings:
     def objective(self) -> ClippedObjective:
         """The clipped loss with these settings; beta and the aggregation come per update."""
         return ClippedObjective(self.clip_eps_low, self.clip_eps_high, self.kl, self.ratio, self.clip_ratio_c,
-                                self.entropy_coef)
+                                self.entropy_coef, None if isinstance(self.surrogate, Clipped) else self.surrogate)
 
     @property
     def loss_mask(self) -> LossMask:

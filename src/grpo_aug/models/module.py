@@ -261,7 +261,8 @@ class GRPOModule(L.LightningModule):
         c.add_rewards(sampled.parts, sampled.errors, sampled.timeouts)
         values = train_scalars(step, summary, beta, c.skipped_total, c.reward_errors,
                                c.reward_timeouts if self.rollout.reward.timed is not None else None,
-                               self.rollout.settings.oversample > 1, self.algo.clip_ratio_c is not None)
+                               self.rollout.settings.oversample > 1, self.algo.clip_ratio_c is not None,
+                               self.algo.top_entropy_quantile < 1)
         self.log_dict({k: values[k] for k in ("train/loss", "train/reward")}, prog_bar=True, logger=False)
         # written straight to the loggers at the optimizer step: with several updates per rollout,
         # Lightning's own logging step would count rollouts, not the steps every other curve uses

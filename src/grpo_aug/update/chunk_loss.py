@@ -12,19 +12,31 @@ from grpo_aug.update.scoring import Scorer
 from grpo_aug.update.step import PreparedStep
 
 
+def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
+    """[c, t] bool: the loss tokens whose entropy is at least the (1 - quantile) quantile of the loss
+    tokens' entropies (torch.quantile's linear interpolation); no token where mask is 0."""
+    on = mask > 0
+    if not on.any():
+        return on
+    threshold = torch.quantile(entropy[on].float(), 1.0 - quantile)
+    return (entropy >= threshold) & on
+
+
 def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObjective, correct: Callable,
                step: PreparedStep, rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               top_entropy_quantile: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of `rows` (indices into the step's rows), on them trimmed to their longest completion.
 
     correct: algo.engine_correction, for rows an external engine sampled. entropy: measure the
     policy's entropy on this chunk (the first update of a rollout logs it); with an entropy bonus
-    every chunk measures it, with its gradient.
+    every chunk measures it, with its gradient. top_entropy_quantile < 1: the policy-gradient term
+    acts only on the chunk's loss tokens whose entropy is in that top share (`entropy_mask`); the
+    KL term and the aggregation's denominators still count every loss token, as in TRL.
     """
     part = trim(select_rows(step.rollout, rows))
     t = part.completion_mask.shape[1]
     bonus = objective.entropy_coef > 0
-    if entropy or bonus:
+    if entropy or bonus or top_entropy_quantile < 1:
         logps, ent = scorer.logprobs(policy, part, with_entropy=True, entropy_grad=bonus)  # [c, t] each
     else:
         logps, ent = scorer.logprobs(policy, part), None  # [c, t]
@@ -44,9 +56,16 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObject
                                              ratio=correction.ratio.masked_fill(hinted, 1.0),
                                              masked=correction.masked & ~hinted)
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
+    pg_weight = None if correction is None else correction.weight  # [c, t]
+    kept = None
+    if top_entropy_quantile < 1:
+        kept = entropy_mask(ent.detach(), mask, top_entropy_quantile)  # [c, t]
+        pg_weight = kept.to(logps.dtype) if pg_weight is None else pg_weight * kept
     loss, stats = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent,
-                            pg_weight=None if correction is None else correction.weight)
+                            pg_weight=pg_weight)
     stats["tokens"] = mask.sum()
+    if kept is not None:
+        stats["entropy_kept"] = kept.sum() / mask.sum().clamp(min=1)
     if correction is not None:
         on, n = mask > 0, mask.sum().clamp(min=1)
         stats["is_ratio_mean"] = (correction.ratio * mask).sum() / n

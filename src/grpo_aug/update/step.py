@@ -84,7 +84,7 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
 
 def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
                   reward_errors: Mapping[str, int], reward_timeouts: Mapping[str, int] | None,
-                  oversampled: bool = False, dual_clip: bool = False) -> dict:
+                  oversampled: bool = False, dual_clip: bool = False, entropy_masked: bool = False) -> dict:
     """train/* and reward/* for one step; running counts are this run's so far."""
     sampled = step.sampled
     values = {
@@ -99,6 +99,8 @@ def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: fl
         values["train/kl_max"] = summary["kl_max"].max()
         for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean") + ("clip_frac_dual",) * dual_clip:
             values[f"train/{name}"] = summary[name].mean()
+        if entropy_masked:  # algo.top_entropy_quantile < 1: loss tokens the policy gradient acted on
+            values["train/entropy_kept_frac"] = summary["entropy_kept"].mean()
         if step.rollout.sample_logprobs is not None:  # mean |sampler - trainer| log-prob per loss token
             values["rollout/logprob_gap"] = summary["logprob_gap"][0]
         if step.engine_sampled:  # the mismatch correction's ratio pi_trainer / pi_engine, before its cap
