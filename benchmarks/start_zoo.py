@@ -97,10 +97,9 @@ def table(results: dict) -> str:
     arms = list(dict.fromkeys(a for runs in results.values() for a in runs))
     out = []
     for b in BUCKETS:
-        head = " | ".join(f"{a} final (gain)" for a in arms)
         vs = [a for a in arms if a != "plain"]
-        out += [f"**{b}**", "", f"| start | start acc | {head} | " + " | ".join(f"{a} - plain" for a in vs) + " |",
-                "|---" * (2 + len(arms) + len(vs)) + "|"]
+        head = ["start", "start acc", *(f"{a} final (gain)" for a in arms), *(f"{a} - plain" for a in vs)]
+        out += [f"**{b}**", "", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
         for start, runs in results.items():
             first = next(iter(runs.values()))[b][0]
             cells = [f"{runs[a][f'final_{b}']:.3f} ({runs[a][f'final_{b}'] - runs[a][b][0]:+.3f})" if a in runs
