@@ -151,3 +151,11 @@ def test_entropy_masking_trains_on_the_top_share_and_logs_it(tmp_path):
     kept = [v for _, v in read_scalars(tmp_path / "run").get("train/entropy_kept_frac", [])]
     assert len(kept) == 4, kept
     assert all(0.2 <= v <= 0.4 for v in kept), kept
+
+
+def test_an_experiment_names_its_task(tmp_path):
+    """conf/experiment/*.yaml's task_name wins over train.yaml's (the run directory is named by it)."""
+    assert compose_cfg(tmp_path, []).task_name == "grpo"
+    for name in ("dapo", "gspo", "cispo", "vespo"):
+        assert compose_cfg(tmp_path, [f"experiment={name}"]).task_name == name
+    assert compose_cfg(tmp_path, ["experiment=dapo", "task_name=mine"]).task_name == "mine"
