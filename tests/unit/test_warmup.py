@@ -87,3 +87,36 @@ def test_the_warmup_key_follows_content_not_paths(tmp_path):
     tensors[name].view(-1)[0] += 1e-3
     save_file(tensors, weights, metadata={"format": "pt"})
     assert model_key(one) != model_key(two)
+
+
+def test_every_setting_that_shapes_a_warmup_is_in_its_cache_key(tmp_path):
+    """A warm-up built with any of its inputs changed lands in a directory of its own: a key that
+    left one out would hand a later run the stale weights of another recipe."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    cache = tmp_path / "cache"
+    base = build_tiny_model(cache, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    records = _records()
+    built = supervised_warmup(base, records, cache, WARMUP, seed=0)
+    assert supervised_warmup(base, records, cache, WARMUP, seed=0) == built  # the same recipe: reused
+    tools = SimpleNamespace(active=True, warmup_share=0.5, call="[", end="]", result="={output}")
+    edited = [dataclasses.replace(records[0], prompt=records[0].prompt + " "), *records[1:]]
+    other_base = build_tiny_model(cache, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
+    variants = {
+        "lr": dict(settings=dataclasses.replace(WARMUP, lr=2e-3)),
+        "steps": dict(settings=dataclasses.replace(WARMUP, steps=4)),
+        "batch_size": dict(settings=dataclasses.replace(WARMUP, batch_size=5)),
+        "off_by_one": dict(settings=dataclasses.replace(WARMUP, off_by_one=0.6)),
+        "warmup seed": dict(settings=dataclasses.replace(WARMUP, seed=3)),
+        "run seed": dict(seed=1),
+        "data": dict(records=edited),
+        "tool share": dict(tools=tools),
+        "base model": dict(base=other_base),
+    }
+    seen = {built}
+    for name, change in variants.items():
+        out = supervised_warmup(change.get("base", base), change.get("records", records), cache,
+                                change.get("settings", WARMUP), seed=change.get("seed", 0), tools=change.get("tools"))
+        assert out not in seen, f"changing the {name} reused another recipe's warm-up"
+        seen.add(out)
