@@ -11,6 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from grpo_aug.errors import UsageError, usage_message
 from grpo_aug.pipeline import evaluate, train
 from grpo_aug.preflight import preflight
 from grpo_aug.quiet import quiet_defaults
@@ -31,10 +32,17 @@ MODES = {"train": train_mode, "preflight": preflight, "eval": eval_mode}
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    if cfg.mode not in MODES:
-        raise ValueError(f"mode must be one of {sorted(MODES)}, got {cfg.mode!r}")
-    quiet_defaults(cfg.verbose)
-    status = MODES[cfg.mode](cfg)
+    try:
+        if cfg.mode not in MODES:
+            raise UsageError(f"mode must be one of {sorted(MODES)}, got {cfg.mode!r}")
+        quiet_defaults(cfg.verbose)
+        status = MODES[cfg.mode](cfg)
+    except Exception as err:
+        message = usage_message(err)
+        if message is None:  # unexpected: Hydra prints it with its traceback
+            raise
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if status:
         sys.exit(status)
 

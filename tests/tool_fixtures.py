@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import lightning as L
+
 from grpo_aug.rollout.engine import HFEngine, rollout_from_ids
 
 
@@ -114,3 +116,11 @@ class GuessTheAnswer:
 class Broken(GuessTheAnswer):
     def step(self, action: str) -> tuple[str, bool]:
         raise KeyError("no such move")
+
+
+
+class Boom(L.Callback):
+    """A callback that fails the way a bug does (train.py must keep its traceback)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        1 / 0  # noqa: B018

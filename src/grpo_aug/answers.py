@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
+from grpo_aug.errors import UsageError
 from grpo_aug.mathtext import ANSWER_NUMBER, NotArithmetic, evaluate
 
 MAX_ANSWER_CHARS = 500  # a longer stated answer is junk, not an answer
@@ -144,17 +145,17 @@ class AnswerFormat:
                  pick: str = "last") -> None:
         unknown = [m for m in markers if m not in MARKERS]
         if unknown:
-            raise ValueError(f"answer.markers: unknown marker(s) {unknown}; known: {list(MARKERS)}")
+            raise UsageError(f"answer.markers: unknown marker(s) {unknown}; known: {list(MARKERS)}")
         if pick not in PICKS:
-            raise ValueError(f"answer.pick must be one of {list(PICKS)}, got {pick!r}")
+            raise UsageError(f"answer.pick must be one of {list(PICKS)}, got {pick!r}")
         compiled = []
         for i, pattern in enumerate(patterns):
             try:
                 regex = re.compile(pattern)
             except re.error as err:
-                raise ValueError(f"answer.patterns[{i}] = {pattern!r} is not a valid regex: {err}") from err
+                raise UsageError(f"answer.patterns[{i}] = {pattern!r} is not a valid regex: {err}") from err
             if regex.groups != 1:
-                raise ValueError(f"answer.patterns[{i}] = {pattern!r} must have exactly one group (the answer), "
+                raise UsageError(f"answer.patterns[{i}] = {pattern!r} must have exactly one group (the answer), "
                                  f"has {regex.groups}")
             compiled.append(_regex(regex))
         self.markers = tuple(markers)

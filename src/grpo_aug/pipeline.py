@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_aug.callbacks import Alerts, SampleHealth
 from grpo_aug.callbacks.run_record import RunRecord
 from grpo_aug.dashboard import custom_scalar_layout, plot_health
+from grpo_aug.errors import UsageError
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
@@ -69,10 +70,10 @@ def check_run(cfg: DictConfig) -> None:
     parameters exist) and the run length."""
     lr = cfg.model.optimizer.get("lr")
     if lr is not None and not lr > 0:
-        raise ValueError(f"model.optimizer.lr must be > 0, got {lr}")
+        raise UsageError(f"model.optimizer.lr must be > 0, got {lr}")
     steps = cfg.trainer.get("max_steps")
     if steps is None or steps < 1:
-        raise ValueError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
+        raise UsageError(f"trainer.max_steps must be >= 1 (it counts optimizer steps), got {steps}")
 
 
 def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
@@ -82,26 +83,26 @@ def check_scale_out(cfg: DictConfig, model: ModelSettings) -> None:
     fsdp2, deepspeed = "FSDP2Strategy" in strategy, "DeepSpeed" in strategy or strategy.startswith("deepspeed")
     vllm = "VLLMEngine" in str(cfg.rollout.engine.get("_target_", ""))
     if model.lora.merge_on_save and fsdp2:
-        raise ValueError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
+        raise UsageError("model.lora.merge_on_save=true is not supported under trainer=fsdp (the merge needs the "
                          "whole model on one rank): merge the saved adapter afterwards (policy/ holds it)")
     if vllm and deepspeed:
-        raise ValueError("rollout/engine=vllm under trainer=deepspeed: ZeRO-3 partitions the weights the engine is "
+        raise UsageError("rollout/engine=vllm under trainer=deepspeed: ZeRO-3 partitions the weights the engine is "
                          "given, and this has never run; use trainer=fsdp (FSDP2) or trainer=ddp with the engine")
     ahead = cfg.rollout.get("ahead", 0)
     if ahead and vllm:
-        raise ValueError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
+        raise UsageError(f"rollout.ahead={ahead} samples on a second thread while the policy trains: a vLLM engine in "
                          "the trainer's process cannot; use rollout/engine=vllm_server (a vLLM server) or the hf "
                          "engine")
     if ahead and cfg.rollout.filter.get("refill"):
-        raise ValueError(f"rollout.ahead={ahead} with rollout.filter.refill=true: refill rounds draw prompts by the "
+        raise UsageError(f"rollout.ahead={ahead} with rollout.filter.refill=true: refill rounds draw prompts by the "
                          "prompt history, which the training step updates while the rollout samples; use one of them")
     server = "VLLMServerEngine" in str(cfg.rollout.engine.get("_target_", ""))
     if ahead and (fsdp2 or deepspeed) and not server:
-        raise ValueError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
+        raise UsageError(f"rollout.ahead={ahead} with the hf engine under sharded weights (trainer=fsdp|deepspeed): "
                          "its copy of the weights would be sharded, its forwards collectives on a second thread; use "
                          "trainer=ddp, or rollout/engine=vllm_server")
     if vllm and fsdp2 and model.lora.active:
-        raise ValueError("rollout/engine=vllm with model/lora=on under trainer=fsdp: the adapter's delta would be "
+        raise UsageError("rollout/engine=vllm with model/lora=on under trainer=fsdp: the adapter's delta would be "
                          "folded from sharded LoRA weights, which has never run; use trainer=ddp with LoRA and "
                          "vLLM, or full fine-tuning (model/lora=none) under trainer=fsdp")
 
@@ -115,7 +116,7 @@ def check_tools(cfg: DictConfig):
     check_tools_alone(True, "NoReflection" not in str(cfg.rollout.reflect.get("_target_", "")))
     chat = "ChatPrompt" in str(cfg.data.get("prompt_format", {}).get("_target_", ""))
     if hasattr(tools, "schemas") and not chat:
-        raise ValueError("rollout/tools=functions calls tools through the chat template: use data/prompt_format=chat "
+        raise UsageError("rollout/tools=functions calls tools through the chat template: use data/prompt_format=chat "
                          "(a model with a chat template)")
     return tools
 
@@ -199,7 +200,7 @@ def resume_from(cfg: DictConfig) -> str | None:
     """ckpt_path as given, or with resume=auto the run directory's latest checkpoint."""
     resume = cfg.get("resume")
     if resume not in (None, "auto"):
-        raise ValueError(f"resume must be null or 'auto', got {resume!r} (a file goes in ckpt_path)")
+        raise UsageError(f"resume must be null or 'auto', got {resume!r} (a file goes in ckpt_path)")
     if resume is None or cfg.get("ckpt_path") is not None:
         if cfg.get("ckpt_path") is not None:
             read_checkpoint(cfg.ckpt_path)  # a missing or cut-short file fails here, before any model loads

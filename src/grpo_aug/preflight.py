@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 
 from grpo_aug.algo.group_stats import group_stats, length_quantiles, polarisation
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,10 @@ class PreflightSettings:
 
     def __post_init__(self) -> None:
         if self.batches < 1:
-            raise ValueError(f"preflight.batches must be >= 1, got {self.batches}")
+            raise UsageError(f"preflight.batches must be >= 1, got {self.batches}")
         for key in ("max_zero_std_frac", "max_truncation", "min_auc"):
             if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"preflight.{key} must be in [0, 1], got {getattr(self, key)}")
+                raise UsageError(f"preflight.{key} must be in [0, 1], got {getattr(self, key)}")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import TextIO
 
+from grpo_aug.errors import UsageError
+
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +40,7 @@ class Progress:
     def __init__(self, label: str, total: int, start: int = 0, stream: TextIO | None = None,
                  log_every_s: float = 30.0, enabled: bool = True) -> None:
         if total < 1:
-            raise ValueError(f"a progress line needs a total >= 1, got {total}")
+            raise UsageError(f"a progress line needs a total >= 1, got {total}")
         self.label, self.total, self.start = label, total, start
         self.stream = stream if stream is not None else sys.stderr
         self.terminal = bool(getattr(self.stream, "isatty", lambda: False)())

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from grpo_aug.distributed import rank_world
+from grpo_aug.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +72,18 @@ def read_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict:
     checkpoint at all stops with a ValueError that names `key`, the file and what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{key}={str(path)!r}: no such file")
+        raise UsageError(f"{key}={str(path)!r}: no such file")
     try:
         with zipfile.ZipFile(path) as archive:  # torch.save writes a zip; its index sits at the end
             archive.namelist()
     except zipfile.BadZipFile as err:
-        raise ValueError(f"{key}={str(path)!r}: the checkpoint is cut short or not a checkpoint "
+        raise UsageError(f"{key}={str(path)!r}: the checkpoint is cut short or not a checkpoint "
                          f"({path.stat().st_size} bytes, no zip index at its end: a run killed while saving "
                          f"leaves such a file); use an earlier checkpoint") from err
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:
-        raise ValueError(f"{key}={str(path)!r}: cannot read the checkpoint ({err})") from err
+        raise UsageError(f"{key}={str(path)!r}: cannot read the checkpoint ({err})") from err
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:

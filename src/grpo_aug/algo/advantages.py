@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.group_stats import GroupStats, group_stats
+from grpo_aug.errors import UsageError
 
 
 class GroupScale:
@@ -34,7 +35,7 @@ class BatchScale:
 
     def divisor(self, stats: GroupStats, batch_std: torch.Tensor | None) -> torch.Tensor:
         if batch_std is None:
-            raise ValueError("algo/scale_rewards=batch needs the step's batch std (batch_reward_std)")
+            raise UsageError("algo/scale_rewards=batch needs the step's batch std (batch_reward_std)")
         return batch_std.to(torch.float64)
 
 

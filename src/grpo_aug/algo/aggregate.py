@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_aug.errors import UsageError
+
 
 class Aggregate:
     def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,7 +46,7 @@ class ConstantNorm(Aggregate):
 
     def __init__(self, constant: float) -> None:
         if constant <= 0:
-            raise ValueError(f"algo.loss.constant must be > 0, got {constant}")
+            raise UsageError(f"algo.loss.constant must be > 0, got {constant}")
         self.constant = float(constant)
 
     def part(self, per_token: torch.Tensor, mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,13 @@ through state_dict so a resumed run continues with the same beta.
 
 from __future__ import annotations
 
+from grpo_aug.errors import UsageError
+
 
 class ConstantBeta:
     def __init__(self, value: float = 0.04) -> None:
         if value < 0:
-            raise ValueError(f"algo.beta.value must be >= 0, got {value}")
+            raise UsageError(f"algo.beta.value must be >= 0, got {value}")
         self.value = float(value)
 
     def __call__(self, step: int) -> float:
@@ -38,9 +40,9 @@ class ConstantBeta:
 class LinearBeta(ConstantBeta):
     def __init__(self, start: float = 0.04, end: float = 0.0, steps: int = 1000) -> None:
         if start < 0 or end < 0:
-            raise ValueError(f"algo.beta.start and algo.beta.end must be >= 0, got {start}, {end}")
+            raise UsageError(f"algo.beta.start and algo.beta.end must be >= 0, got {start}, {end}")
         if steps < 1:
-            raise ValueError(f"algo.beta.steps must be >= 1, got {steps}")
+            raise UsageError(f"algo.beta.steps must be >= 1, got {steps}")
         super().__init__(start)
         self.start, self.end, self.steps = float(start), float(end), int(steps)
 
@@ -58,11 +60,11 @@ class RelaxBeta(ConstantBeta):
                  after_step: int | None = None) -> None:
         super().__init__(value)
         if not 0 <= factor <= 1:
-            raise ValueError(f"algo.beta.factor must be in [0, 1], got {factor}")
+            raise UsageError(f"algo.beta.factor must be in [0, 1], got {factor}")
         if kl_below <= 0:
-            raise ValueError(f"algo.beta.kl_below must be > 0, got {kl_below}")
+            raise UsageError(f"algo.beta.kl_below must be > 0, got {kl_below}")
         if patience < 1:
-            raise ValueError(f"algo.beta.patience must be >= 1, got {patience}")
+            raise UsageError(f"algo.beta.patience must be >= 1, got {patience}")
         self.factor, self.kl_below = float(factor), float(kl_below)
         self.patience, self.after_step = patience, after_step
         self.calm = 0  # consecutive rollouts with KL below kl_below

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.algo.loss import LOG_RATIO_BOUND
+from grpo_aug.errors import UsageError
 
 
 class Correction(NamedTuple):
@@ -47,7 +48,7 @@ class _Capped:
 
     def __init__(self, cap: float = 3.0) -> None:
         if not cap >= 1:
-            raise ValueError(f"algo.engine_correction.cap must be >= 1 (a weight of 1 is no correction), got {cap}")
+            raise UsageError(f"algo.engine_correction.cap must be >= 1 (a weight of 1 is no correction), got {cap}")
         self.cap = float(cap)
 
     def __call__(self, trainer_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor) -> Correction:

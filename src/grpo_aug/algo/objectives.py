@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_aug.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Clipped:
@@ -45,7 +47,7 @@ class CISPO:
 
     def __post_init__(self) -> None:
         if not self.max_ratio > 1:
-            raise ValueError(f"algo.surrogate.max_ratio must be > 1, got {self.max_ratio}")
+            raise UsageError(f"algo.surrogate.max_ratio must be > 1, got {self.max_ratio}")
 
     def pg(self, log_ratio, logps, adv, mask, ratio):
         weight = ratio.clamp(max=self.max_ratio).detach()  # [..., T]
@@ -62,7 +64,7 @@ class SAPO:
 
     def __post_init__(self) -> None:
         if not (self.tau_pos > 0 and self.tau_neg > 0):
-            raise ValueError(f"algo.surrogate.tau_pos and tau_neg must be > 0, got {self.tau_pos}, {self.tau_neg}")
+            raise UsageError(f"algo.surrogate.tau_pos and tau_neg must be > 0, got {self.tau_pos}, {self.tau_neg}")
 
     def pg(self, log_ratio, logps, adv, mask, ratio):
         tau = torch.where(adv > 0, ratio.new_tensor(self.tau_pos), ratio.new_tensor(self.tau_neg))  # [..., 1]
@@ -84,7 +86,7 @@ class VESPO:
 
     def __post_init__(self) -> None:
         if min(self.k_pos, self.lambda_pos, self.k_neg, self.lambda_neg) <= 0:
-            raise ValueError(f"algo.surrogate k_pos, lambda_pos, k_neg, lambda_neg must be > 0, got {self.k_pos}, "
+            raise UsageError(f"algo.surrogate k_pos, lambda_pos, k_neg, lambda_neg must be > 0, got {self.k_pos}, "
                              f"{self.lambda_pos}, {self.k_neg}, {self.lambda_neg}")
 
     def weights(self, log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

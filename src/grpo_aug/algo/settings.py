@@ -15,6 +15,7 @@ from grpo_aug.algo.loss import ClippedObjective
 from grpo_aug.algo.masks import LossMask
 from grpo_aug.algo.objectives import VESPO, Clipped
 from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
+from grpo_aug.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ class AlgoSettings:
 
     def __post_init__(self) -> None:
         if not callable(self.loss):
-            raise ValueError(f"algo.loss must be a variant from the algo/loss group (algo/loss=row_mean|token_mean|"
+            raise UsageError(f"algo.loss must be a variant from the algo/loss group (algo/loss=row_mean|token_mean|"
                              f"constant_norm), got {self.loss!r}")
         if not hasattr(self.beta, "observe"):
-            raise ValueError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
+            raise UsageError(f"algo.beta must be a schedule from the algo/beta group (algo/beta=constant|linear|"
                              f"relax, then e.g. algo.beta.value=0.04), got {self.beta!r}")
         checks = [
             (hasattr(self.scale_rewards, "divisor"),
@@ -93,13 +94,13 @@ class AlgoSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
         object.__setattr__(self, "template_patterns", tuple(self.template_patterns))
         for i, pattern in enumerate(self.template_patterns):
             try:
                 re.compile(pattern)
             except re.error as err:
-                raise ValueError(f"algo.template_patterns[{i}] = {pattern!r} is not a valid regex: {err}") from err
+                raise UsageError(f"algo.template_patterns[{i}] = {pattern!r} is not a valid regex: {err}") from err
 
     @property
     def updates_per_rollout(self) -> int:

@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, mean_std, polarisation
+from grpo_aug.errors import UsageError
 from grpo_aug.report import StepReport
 
 log = logging.getLogger(__name__)
@@ -143,27 +144,27 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     return fired
 
 
-class AlertFailure(RuntimeError):
+class AlertFailure(UsageError, RuntimeError):
     pass
 
 
 class Alerts(L.Callback):
     def __init__(self, window: int = 10, fail_on: Sequence[str] = (), **thresholds) -> None:
         if window < 2:
-            raise ValueError(f"callbacks.alerts.window must be >= 2, got {window}")
+            raise UsageError(f"callbacks.alerts.window must be >= 2, got {window}")
         unknown = [n for n in fail_on if n not in ALERTS]
         if unknown:
-            raise ValueError(f"callbacks.alerts.fail_on has unknown alert(s) {unknown}; known: {list(ALERTS)}")
+            raise UsageError(f"callbacks.alerts.fail_on has unknown alert(s) {unknown}; known: {list(ALERTS)}")
         bad = [k for k in thresholds if k not in Thresholds._fields]
         if bad:
-            raise ValueError(f"callbacks.alerts has unknown key(s) {bad}; thresholds are {list(Thresholds._fields)}")
+            raise UsageError(f"callbacks.alerts has unknown key(s) {bad}; thresholds are {list(Thresholds._fields)}")
         self.thresholds = Thresholds(**thresholds)
         for key, value in self.thresholds._asdict().items():
             if not value >= 0:
-                raise ValueError(f"callbacks.alerts.{key} must be >= 0, got {value}")
+                raise UsageError(f"callbacks.alerts.{key} must be >= 0, got {value}")
         t = self.thresholds
         if t.low_std >= t.high_std:
-            raise ValueError(f"callbacks.alerts needs low_std < high_std, got low_std={t.low_std}, "
+            raise UsageError(f"callbacks.alerts needs low_std < high_std, got low_std={t.low_std}, "
                              f"high_std={t.high_std}")
         self.window = window
         self.fail_on = set(fail_on)

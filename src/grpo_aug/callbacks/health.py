@@ -50,6 +50,7 @@ from torchmetrics import CatMetric, MaxMetric, MeanMetric
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
 from grpo_aug.callbacks.tables import cell, write_sample_tables
 from grpo_aug.distributed import gather_per_rank
+from grpo_aug.errors import UsageError
 from grpo_aug.report import StepReport
 from grpo_aug.resume import own_entry
 
@@ -188,9 +189,9 @@ class SampleHealth(L.Callback):
                  high_std: float = 2.0, samples_per_bucket: int = 4) -> None:
         for key, value in (("every_n_steps", every_n_steps), ("bucket_every_n_steps", bucket_every_n_steps)):
             if value < 1:
-                raise ValueError(f"callbacks.health.{key} must be >= 1, got {value}")
+                raise UsageError(f"callbacks.health.{key} must be >= 1, got {value}")
         if not 0 <= low_std < high_std:
-            raise ValueError(f"callbacks.health needs 0 <= low_std < high_std, got {low_std}, {high_std}")
+            raise UsageError(f"callbacks.health needs 0 <= low_std < high_std, got {low_std}, {high_std}")
         self.every_n_steps = every_n_steps
         self.bucket_every_n_steps = bucket_every_n_steps
         self.low_std, self.high_std = low_std, high_std

@@ -12,6 +12,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from grpo_aug.errors import UsageError
 from grpo_aug.progress import Progress
 
 
@@ -19,7 +20,7 @@ class StepProgress(ProgressBar):
     def __init__(self, log_every_s: float = 30.0) -> None:
         super().__init__()
         if not log_every_s > 0:
-            raise ValueError(f"callbacks.progress.log_every_s must be > 0, got {log_every_s}")
+            raise UsageError(f"callbacks.progress.log_every_s must be > 0, got {log_every_s}")
         self.log_every_s = log_every_s
         self.enabled = True
         self.line: Progress | None = None

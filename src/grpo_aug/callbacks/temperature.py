@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, mean_std
+from grpo_aug.errors import UsageError
 from grpo_aug.report import StepReport
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,11 @@ class AdaptiveTemperature(L.Callback):
                  swing: float | None = None) -> None:
         where = "callbacks.adaptive_temperature"
         if not 0 <= low < high:
-            raise ValueError(f"{where}: need 0 <= low < high, got low={low}, high={high}")
+            raise UsageError(f"{where}: need 0 <= low < high, got low={low}, high={high}")
         if window < 1 or patience < 1:
-            raise ValueError(f"{where}: window and patience must be >= 1, got {window}, {patience}")
+            raise UsageError(f"{where}: window and patience must be >= 1, got {window}, {patience}")
         if increment <= 0 or floor > max_temperature:
-            raise ValueError(f"{where}: need increment > 0 and floor <= max_temperature, got "
+            raise UsageError(f"{where}: need increment > 0 and floor <= max_temperature, got "
                              f"increment={increment}, floor={floor}, max_temperature={max_temperature}")
         self.low, self.high, self.window, self.patience = low, high, window, patience
         self.increment, self.max_temperature, self.floor, self.swing = increment, max_temperature, floor, swing
@@ -69,7 +70,7 @@ class AdaptiveTemperature(L.Callback):
     def check_rollout(self, rollout) -> None:
         """Called on the composed settings before any model loads."""
         if max(rollout.temperatures) > self.max_temperature:
-            raise ValueError(f"callbacks.adaptive_temperature.max_temperature={self.max_temperature} is below "
+            raise UsageError(f"callbacks.adaptive_temperature.max_temperature={self.max_temperature} is below "
                              f"the ladder's top rung {max(rollout.temperatures):g} (rollout.temperatures)")
 
     def on_train_start(self, trainer, pl_module) -> None:

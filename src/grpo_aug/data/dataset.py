@@ -28,6 +28,7 @@ from grpo_aug.answers import AnswerFormat, normalize
 from grpo_aug.data.gsm8k import bucket_for_steps
 from grpo_aug.data.records import ROLES, Prompt
 from grpo_aug.data.rows import BadRow, keep_good_rows
+from grpo_aug.errors import MissingFile, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def _rows_of_file(path: Path) -> Iterator[tuple[str, object]]:
         data = json.loads(path.read_text(encoding="utf-8"))
         rows = data if isinstance(data, list) else data.get("data") if isinstance(data, dict) else None
         if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of objects (or {{\"data\": [...]}})")
+            raise UsageError(f"{path}: expected a JSON list of objects (or {{\"data\": [...]}})")
         for i, row in enumerate(rows):
             yield f"{path}[row {i}]", row
     else:
@@ -75,7 +76,7 @@ def read_rows(source: str, split: str) -> Iterator[tuple[str, object]]:
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and split in p.name)
         if not files:
-            raise FileNotFoundError(f"data.source.path={source!r}: no {'/'.join(SUFFIXES)} file with "
+            raise MissingFile(f"data.source.path={source!r}: no {'/'.join(SUFFIXES)} file with "
                                     f"{split!r} in its name")
         for f in files:
             yield from _rows_of_file(f)
@@ -85,7 +86,7 @@ def read_rows(source: str, split: str) -> Iterator[tuple[str, object]]:
         try:
             table = datasets.load_dataset(source, split=split)
         except Exception as err:  # the library raises many kinds; the message names the cause
-            raise FileNotFoundError(f"data.source.path={source!r}: not a local file or directory, and the "
+            raise MissingFile(f"data.source.path={source!r}: not a local file or directory, and the "
                                     f"hub dataset could not be loaded ({type(err).__name__}: {err})") from err
         for i, row in enumerate(table):
             yield f"{source}:{split}[row {i}]", row
@@ -138,7 +139,7 @@ class DatasetSource:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
         self.path, self.split, self.heldout_split, self.heldout_share = str(path), split, heldout_split, heldout_share
         self.heldout_path = heldout_path
         self.columns, self.tiers = columns, tiers

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.rows import BadRow, keep_good_rows
+from grpo_aug.errors import MissingFile, UsageError
 from grpo_aug.mathtext import normalize_number
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def read_gsm8k(path: str | Path, prompt_template: str, easy_max: int = 2, medium
     counted and summarised in the log instead. A row's id is its `id` field, else `<stem>-<line>`."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path} (set data.source.path)")
+        raise MissingFile(f"data file not found: {path} (set data.source.path)")
 
     def make(raw: tuple[int, str], where: str) -> Prompt:
         lineno, line = raw
@@ -71,10 +72,10 @@ class GSM8KSource:
     def __init__(self, path: str, heldout_path: str | None = None, easy_max: int = 2, medium_max: int = 4,
                  prompt_template: str = "Question: {question}\nAnswer: ") -> None:
         if not 0 <= easy_max < medium_max:
-            raise ValueError(f"data.source: need 0 <= easy_max < medium_max, got {easy_max}, {medium_max}")
+            raise UsageError(f"data.source: need 0 <= easy_max < medium_max, got {easy_max}, {medium_max}")
         for key, value in (("path", path), ("heldout_path", heldout_path)):
             if value is not None and not Path(value).is_file():  # checked now, before any model is built
-                raise FileNotFoundError(f"data.source.{key}={str(value)!r}: no such file")
+                raise MissingFile(f"data.source.{key}={str(value)!r}: no such file")
         self.path = path
         self.heldout_path = heldout_path
         self.easy_max = easy_max

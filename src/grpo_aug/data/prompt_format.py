@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 MAX_RENDERED = 100_000  # rendered prompts kept for reuse
 Context = tuple[tuple[str, str], ...] | None  # (role, content) messages before the user's text; None: a text prompt
@@ -32,7 +33,7 @@ class PlainPrompt:
 
     def __call__(self, texts: Sequence[str], contexts: Sequence[Context] | None = None) -> list[str]:
         if contexts is not None and any(c is not None for c in contexts):
-            raise ValueError("the dataset's prompts are conversations (lists of {role, content} messages): render "
+            raise UsageError("the dataset's prompts are conversations (lists of {role, content} messages): render "
                              "them with data/prompt_format=chat (a model with a chat template)")
         return list(texts)
 
@@ -51,7 +52,7 @@ class ChatPrompt:
     def bind(self, tokenizer: PreTrainedTokenizerBase, where: str = "") -> ChatPrompt:
         """Check the tokenizer has a template; fails before training starts."""
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"data/prompt_format=chat needs a tokenizer with a chat template, and the one at "
+            raise UsageError(f"data/prompt_format=chat needs a tokenizer with a chat template, and the one at "
                              f"{where or 'model.name_or_path'} has none: use data/prompt_format=plain, or a chat "
                              "(instruct) model")
         self.tokenizer, self._rendered = tokenizer, {}

@@ -7,13 +7,14 @@ import logging
 from collections.abc import Callable, Iterable
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 ON_BAD_ROW = ("raise", "skip")
 
 
-class BadRow(ValueError):
+class BadRow(UsageError):
     """One unusable row of a data file; the message starts with where it is."""
 
 
@@ -22,7 +23,7 @@ def keep_good_rows(items: Iterable[tuple[str, object]], make: Callable[[object, 
     """`make(raw, where)` for every (where, raw) item; a BadRow it raises, or a repeated id, stops
     here (on_bad_row='raise') or is left out and summarised (on_bad_row='skip')."""
     if on_bad_row not in ON_BAD_ROW:
-        raise ValueError(f"data.on_bad_row must be one of {ON_BAD_ROW}, got {on_bad_row!r}")
+        raise UsageError(f"data.on_bad_row must be one of {ON_BAD_ROW}, got {on_bad_row!r}")
     records, bad, seen = [], [], {}
     for where, raw in items:
         try:
@@ -41,5 +42,5 @@ def keep_good_rows(items: Iterable[tuple[str, object]], make: Callable[[object, 
         log.warning("data.on_bad_row=skip: left out %d bad row(s) of %s (%d kept):\n  %s", len(bad), source,
                     len(records), shown)
     if not records:
-        raise ValueError(f"{source}: no usable records" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
+        raise UsageError(f"{source}: no usable records" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
     return records

@@ -18,6 +18,7 @@ import random
 from collections.abc import Mapping
 
 from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.errors import UsageError
 
 # bucket -> calculator steps, operations, largest operand after the first (None: max_operand)
 TIERS = {"easy": {"steps": 1, "ops": "+", "operand": 9}, "medium": {"steps": 2, "ops": "+-", "operand": 9},
@@ -31,14 +32,14 @@ def _apply(op: str, a: int, b: int) -> int:
 def _tier(bucket: str, spec: Mapping) -> tuple[int, str, int | None]:
     unknown = set(spec) - {"steps", "ops", "operand"}
     if unknown:
-        raise ValueError(f"data.source.tiers.{bucket}: unknown keys {sorted(unknown)} (steps, ops, operand)")
+        raise UsageError(f"data.source.tiers.{bucket}: unknown keys {sorted(unknown)} (steps, ops, operand)")
     steps, ops, operand = int(spec["steps"]), str(spec["ops"]), spec.get("operand")
     if steps < 1:
-        raise ValueError(f"data.source.tiers.{bucket}.steps must be >= 1, got {steps}")
+        raise UsageError(f"data.source.tiers.{bucket}.steps must be >= 1, got {steps}")
     if not ops or set(ops) - set("+-*"):
-        raise ValueError(f"data.source.tiers.{bucket}.ops must be a non-empty string of + - *, got {ops!r}")
+        raise UsageError(f"data.source.tiers.{bucket}.ops must be a non-empty string of + - *, got {ops!r}")
     if operand is not None and int(operand) < 0:
-        raise ValueError(f"data.source.tiers.{bucket}.operand must be >= 0 or null, got {operand}")
+        raise UsageError(f"data.source.tiers.{bucket}.operand must be >= 0 or null, got {operand}")
     return steps, ops, None if operand is None else int(operand)
 
 
@@ -69,14 +70,14 @@ class SyntheticArithmetic:
     def __init__(self, size_per_bucket: int = 900, max_operand: int = 99, seed: int = 0,
                  prompt_template: str = "Q: {question}\nA: ", tiers: Mapping[str, Mapping] | None = None) -> None:
         if size_per_bucket < 1:
-            raise ValueError(f"data.source.size_per_bucket must be >= 1, got {size_per_bucket}")
+            raise UsageError(f"data.source.size_per_bucket must be >= 1, got {size_per_bucket}")
         self.size_per_bucket = size_per_bucket
         self.max_operand = max_operand
         self.seed = seed
         self.prompt_template = prompt_template
         unknown = set(tiers or {}) - set(BUCKETS)
         if unknown:
-            raise ValueError(f"data.source.tiers: unknown buckets {sorted(unknown)}, expected {list(BUCKETS)}")
+            raise UsageError(f"data.source.tiers: unknown buckets {sorted(unknown)}, expected {list(BUCKETS)}")
         self.tiers = {b: _tier(b, {**TIERS[b], **(tiers or {}).get(b, {})}) for b in BUCKETS}
 
     def load(self, on_bad_row: str = "raise") -> list[Prompt]:  # generated rows are never bad
@@ -88,7 +89,7 @@ class SyntheticArithmetic:
             while len(seen) < self.size_per_bucket:
                 attempts += 1
                 if attempts > 50 * self.size_per_bucket:
-                    raise ValueError(
+                    raise UsageError(
                         f"data.source: cannot make {self.size_per_bucket} distinct {bucket} problems "
                         f"with max_operand={self.max_operand}"
                     )

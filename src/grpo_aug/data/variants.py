@@ -27,6 +27,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.mathtext import ANNOTATION, WRITTEN_NUMBER, NotArithmetic, evaluate, matches
 
 NUMBER = re.compile(r"(?<![\d.])" + WRITTEN_NUMBER)
@@ -88,7 +89,7 @@ class NumericSubstitution:
 
     def __init__(self, keep_values: Sequence[float] | None = None, tries: int = 10) -> None:
         if tries < 1:
-            raise ValueError(f"data.variants NumericSubstitution tries must be >= 1, got {tries}")
+            raise UsageError(f"data.variants NumericSubstitution tries must be >= 1, got {tries}")
         self.keep = WORD_VALUES if keep_values is None else frozenset(Fraction(str(v)) for v in keep_values)
         self.tries = tries
 
@@ -206,9 +207,9 @@ class Variants:
 
     def __init__(self, per_prompt: int = 0, kinds: Sequence = (), seed: int = 0) -> None:
         if per_prompt < 0:
-            raise ValueError(f"data.variants.per_prompt must be >= 0, got {per_prompt}")
+            raise UsageError(f"data.variants.per_prompt must be >= 0, got {per_prompt}")
         if per_prompt > 0 and not kinds:
-            raise ValueError("data.variants.per_prompt > 0 but data.variants.kinds is empty")
+            raise UsageError("data.variants.per_prompt > 0 but data.variants.kinds is empty")
         self.per_prompt, self.kinds, self.seed = per_prompt, list(kinds), seed
         self.attempts = 0
         self.failures: dict[str, int] = {}

@@ -16,6 +16,7 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards import AnswerFormat, MathReward
 from grpo_aug.rollout.knobs import Knobs
 
@@ -36,7 +37,7 @@ class EvalSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
 
 
 class HeldoutAccuracy(torch.nn.Module):

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_aug.errors import UsageError
 from grpo_aug.resume import read_checkpoint
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -19,21 +20,21 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
-        raise ValueError(f"model.name_or_path={name_or_path!r}: cannot load a tokenizer ({err})") from err
+        raise UsageError(f"model.name_or_path={name_or_path!r}: cannot load a tokenizer ({err})") from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"model.name_or_path={name_or_path!r}: the tokenizer has no EOS token")
+        raise UsageError(f"model.name_or_path={name_or_path!r}: the tokenizer has no EOS token")
     return tokenizer
 
 
 def load_policy(name_or_path: str, dtype: str = "float32") -> PreTrainedModel:
     if dtype not in DTYPES:
-        raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
+        raise UsageError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
     try:
         return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype])
     except (OSError, ValueError) as err:
-        raise ValueError(f"model.name_or_path={name_or_path!r}: cannot load a causal LM ({err})") from err
+        raise UsageError(f"model.name_or_path={name_or_path!r}: cannot load a causal LM ({err})") from err
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -68,5 +69,5 @@ def checkpoint_policy(path: str) -> tuple[str, dict[str, torch.Tensor]]:
     base = (ckpt.get("hyper_parameters") or {}).get("name_or_path")
     weights = {k[len("policy."):]: v for k, v in ckpt.get("state_dict", {}).items() if k.startswith("policy.")}
     if base is None or not weights:
-        raise ValueError(f"model.name_or_path={path!r}: not a grpo-aug training checkpoint (no policy weights)")
+        raise UsageError(f"model.name_or_path={path!r}: not a grpo-aug training checkpoint (no policy weights)")
     return base, weights

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from grpo_aug.errors import MissingPackage, UsageError
+
 LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -40,7 +42,7 @@ class Lora:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
         self.r, self.alpha, self.dropout = int(r), float(alpha), float(dropout)
         self.target_modules, self.merge_on_save = list(target_modules), bool(merge_on_save)
 
@@ -48,11 +50,11 @@ class Lora:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as err:
-            raise ImportError("model/lora=on needs PEFT: pip install -e '.[lora]'") from err
+            raise MissingPackage("model/lora=on needs PEFT: pip install -e '.[lora]'") from err
         present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
         missing = [m for m in self.target_modules if m not in present]
         if missing:
-            raise ValueError(f"model.lora.target_modules: {missing} are not modules of this model "
+            raise UsageError(f"model.lora.target_modules: {missing} are not modules of this model "
                              f"({type(model).__name__})")
         config = LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
                             target_modules=self.target_modules, task_type="CAUSAL_LM")

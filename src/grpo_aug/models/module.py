@@ -19,6 +19,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.distributed import Ranks
+from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.models.evaluation import HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_tokenizer
@@ -104,7 +105,7 @@ class GRPOModule(L.LightningModule):
         self.models.place(self.device, self.trainer.strategy)
         self._vote_across_ranks()
         if self.rollout.any_rank is not None and self.rollout.reflect.active:
-            raise ValueError("rollout/reflect (hint or prefix) re-samples on some ranks only; it cannot run under "
+            raise UsageError("rollout/reflect (hint or prefix) re-samples on some ranks only; it cannot run under "
                              "sharded weights (trainer=fsdp|deepspeed) or with a vLLM engine on several ranks: use "
                              "rollout/reflect=none there")
 

@@ -12,6 +12,7 @@ import contextlib
 
 import torch
 
+from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import LEAN_FLAG
 from grpo_aug.models.loading import frozen_copy, load_policy
 from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
@@ -57,5 +58,5 @@ class PolicyModels:
         if self.lora.active:
             missing = trainable_keys(self.policy, "policy.") - set(state_dict)
             if missing:
-                raise ValueError(f"the checkpoint lacks {len(missing)} adapter weights (e.g. {sorted(missing)[0]}): "
+                raise UsageError(f"the checkpoint lacks {len(missing)} adapter weights (e.g. {sorted(missing)[0]}): "
                                  "it was not saved with this model.lora configuration")

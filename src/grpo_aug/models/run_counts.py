@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from grpo_aug.errors import UsageError
 
-class NonFiniteTraining(RuntimeError):
+
+class NonFiniteTraining(UsageError, RuntimeError):
     """Too many updates in a row were non-finite: the run stops instead of spinning."""
 
 

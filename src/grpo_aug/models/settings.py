@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_aug.data.records import BUCKETS
+from grpo_aug.errors import UsageError
 from grpo_aug.models.loading import DTYPES
 
 
@@ -37,7 +38,7 @@ class WarmupSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
 
 
 @dataclass(frozen=True)
@@ -66,4 +67,4 @@ class ModelSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)

@@ -15,6 +15,8 @@ import importlib
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from grpo_aug.errors import UsageError
+
 # decoder layer classes of the families grpo-aug is tested with; each FSDP unit is one layer
 DECODER_LAYERS = {
     "transformers.models.llama.modeling_llama": "LlamaDecoderLayer",
@@ -56,7 +58,7 @@ def shard_fsdp2(model: torch.nn.Module, mesh) -> torch.nn.Module:
     layers = tuple(decoder_layer_classes())
     units = [m for m in model.modules() if isinstance(m, layers)]
     if not units:
-        raise ValueError(f"trainer=fsdp: {type(model).__name__} has none of the decoder layers FSDP2 shards "
+        raise UsageError(f"trainer=fsdp: {type(model).__name__} has none of the decoder layers FSDP2 shards "
                          f"({sorted(c.__name__ for c in layers)}); add its layer class to DECODER_LAYERS")
     for layer in units:
         fully_shard(layer, mesh=mesh)

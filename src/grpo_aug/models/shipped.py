@@ -18,6 +18,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from grpo_aug.errors import UsageError
+
 STARTS = Path(__file__).resolve().parent / "starts"
 MANIFEST = STARTS / "manifest.json"
 WEIGHTS = "model.safetensors"
@@ -51,11 +53,11 @@ def shipped_start(recipe: dict) -> Path | None:
         path = STARTS / name
         weights = path / WEIGHTS
         if not weights.is_file():
-            raise ValueError(f"the shipped start {path} has no {WEIGHTS}: reinstall grpo-aug, or set "
+            raise UsageError(f"the shipped start {path} has no {WEIGHTS}: reinstall grpo-aug, or set "
                              "model.warmup.shipped=false to build the warm-up here")
         found = file_sha256(weights)
         if found != entry["sha256"]:
-            raise ValueError(f"the shipped start {weights} has SHA-256 {found}, not {entry['sha256']} "
+            raise UsageError(f"the shipped start {weights} has SHA-256 {found}, not {entry['sha256']} "
                              f"({MANIFEST}): reinstall grpo-aug, or set model.warmup.shipped=false")
         return path
     return None

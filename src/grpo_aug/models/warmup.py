@@ -28,6 +28,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.distributed import first_process
+from grpo_aug.errors import UsageError
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
 from grpo_aug.models.shipped import RECIPE, recipe_key, shipped_start
@@ -133,7 +134,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     seed = seed if settings.seed is None else settings.seed
     pool = [r for r in records if r.bucket in settings.buckets]
     if not pool:
-        raise ValueError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
+        raise UsageError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
     noise = random.Random(f"{seed}-off-by-one")
     share = getattr(tools, "warmup_share", 0.0) if tools is not None and tools.active else 0.0
     with_tool = random.Random(f"{seed}-tool-demonstrations")

@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from grpo_aug.data.records import BUCKETS
+from grpo_aug.errors import UsageError
 
 
 class CurriculumBatchSampler:
@@ -45,7 +46,7 @@ class CurriculumBatchSampler:
         for bucket, key in schedule.buckets_used().items():
             have = len(self.bucket_indices.get(bucket, ()))
             if have < per_step:
-                raise ValueError(
+                raise UsageError(
                     f"{key} asks for bucket {bucket!r}, but it has {have} training prompts, fewer than "
                     f"data.batch_size x world size = {per_step}"
                 )
@@ -84,7 +85,7 @@ class CurriculumBatchSampler:
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
-            raise ValueError(f"the checkpoint's data seed {state['seed']} differs from this run's {self.seed}: "
+            raise UsageError(f"the checkpoint's data seed {state['seed']} differs from this run's {self.seed}: "
                              "its batches cannot be continued")
         self.start_step = self.position = int(state["next_step"])
         self.schedule.load_state_dict(state["schedule"])

@@ -27,17 +27,18 @@ import math
 from collections.abc import Mapping, Sequence
 
 from grpo_aug.data.records import BUCKETS
+from grpo_aug.errors import UsageError
 
 
 def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]:
     for name, w in weights.items():
         if name not in BUCKETS:
-            raise ValueError(f"{where}: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
+            raise UsageError(f"{where}: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
         if w < 0:
-            raise ValueError(f"{where}: weight of {name!r} is negative ({w})")
+            raise UsageError(f"{where}: weight of {name!r} is negative ({w})")
     total = sum(weights.values())
     if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"{where}: weights must sum to 1, got {total:g}")
+        raise UsageError(f"{where}: weights must sum to 1, got {total:g}")
     return {b: float(weights.get(b, 0.0)) for b in BUCKETS}
 
 
@@ -58,17 +59,17 @@ class StagedSchedule(_Stateless):
 
     def __init__(self, stages: Sequence[Mapping]) -> None:
         if not stages:
-            raise ValueError("curriculum.stages is empty")
+            raise UsageError("curriculum.stages is empty")
         self.stages = []
         last = 0.0
         for i, stage in enumerate(stages):
             until = float(stage["until"])
             if not last < until <= 1.0:
-                raise ValueError(f"curriculum.stages[{i}].until must increase within (0, 1], got {until}")
+                raise UsageError(f"curriculum.stages[{i}].until must increase within (0, 1], got {until}")
             last = until
             self.stages.append((until, _check_weights(stage["weights"], f"curriculum.stages[{i}].weights")))
         if last != 1.0:
-            raise ValueError(f"curriculum.stages[-1].until must be 1.0, got {last}")
+            raise UsageError(f"curriculum.stages[-1].until must be 1.0, got {last}")
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         progress = step / max(total_steps, 1)
@@ -163,12 +164,12 @@ class AdaptiveSchedule(_Lagged):
     def __init__(self, target_success: float = 0.5, step_size: float = 0.05, sharpness: float = 5.0,
                  initial: float = 0.0) -> None:
         if not 0 < target_success < 1:
-            raise ValueError(f"curriculum.target_success must be in (0, 1), got {target_success}")
+            raise UsageError(f"curriculum.target_success must be in (0, 1), got {target_success}")
         if step_size <= 0 or sharpness <= 0:
-            raise ValueError(f"curriculum.step_size and curriculum.sharpness must be > 0, got {step_size}, "
+            raise UsageError(f"curriculum.step_size and curriculum.sharpness must be > 0, got {step_size}, "
                              f"{sharpness}")
         if not 0 <= initial <= len(BUCKETS) - 1:
-            raise ValueError(f"curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
+            raise UsageError(f"curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
         super().__init__(float(initial))
         self.target_success, self.step_size, self.sharpness = target_success, step_size, sharpness
 
@@ -200,15 +201,15 @@ class BanditSchedule(_Lagged):
                  explore: float = 0.06, predicted: bool = False) -> None:
         for name, v in initial.items():
             if name not in BUCKETS:
-                raise ValueError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
+                raise UsageError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
             if not 0 <= v <= 1:
-                raise ValueError(f"curriculum.initial.{name} must be in [0, 1] (a share of groups), got {v}")
+                raise UsageError(f"curriculum.initial.{name} must be in [0, 1] (a share of groups), got {v}")
         if temperature <= 0:
-            raise ValueError(f"curriculum.temperature must be > 0, got {temperature}")
+            raise UsageError(f"curriculum.temperature must be > 0, got {temperature}")
         if not 0 < rate <= 1:
-            raise ValueError(f"curriculum.rate must be in (0, 1], got {rate}")
+            raise UsageError(f"curriculum.rate must be in (0, 1], got {rate}")
         if not 0 < explore <= 1:
-            raise ValueError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
+            raise UsageError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
                              f"got {explore}")
         super().__init__({b: float(initial.get(b, 0.0)) for b in BUCKETS})
         self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)

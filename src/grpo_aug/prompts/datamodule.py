@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.data.variants import Variants
+from grpo_aug.errors import UsageError
 from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
 from grpo_aug.prompts.history import OnlineDifficulty, PromptHistory, StaticDifficulty
 
@@ -109,9 +110,9 @@ class PromptDataModule(RecordData):
         batches drawn before the one in training (k more in all, and k more at a checkpoint)."""
         super().__init__()
         if batch_size < 1:
-            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+            raise UsageError(f"data.batch_size must be >= 1, got {batch_size}")
         if on_bad_row not in ("raise", "skip"):
-            raise ValueError(f"data.on_bad_row must be one of ('raise', 'skip'), got {on_bad_row!r}")
+            raise UsageError(f"data.on_bad_row must be one of ('raise', 'skip'), got {on_bad_row!r}")
         self.on_bad_row = on_bad_row
         self.source = source
         self.schedule = schedule
@@ -124,7 +125,7 @@ class PromptDataModule(RecordData):
         self.seed = seed
         self.variants = variants
         if eval_path is not None and not hasattr(source, "load_eval"):
-            raise ValueError(f"data.eval_path={eval_path!r}: the data source {type(source).__name__} reads no files; "
+            raise UsageError(f"data.eval_path={eval_path!r}: the data source {type(source).__name__} reads no files; "
                              "use data=gsm8k or data=dataset")
         self.eval_path = eval_path  # every problem of this file is evaluated, in file order
         self.prompt_format = prompt_format or PlainPrompt()  # applied by the module, which has the tokenizer

@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from grpo_aug.errors import UsageError
+
 LAG = 2
 
 
@@ -57,12 +59,12 @@ class OnlineDifficulty:
 
     def __init__(self, easy_at: float = 0.8, hard_at: float = 0.1, margin: float = 0.1, min_attempts: int = 1) -> None:
         if not 0 <= hard_at < easy_at <= 1:
-            raise ValueError(f"data.difficulty needs 0 <= hard_at < easy_at <= 1, got hard_at={hard_at}, "
+            raise UsageError(f"data.difficulty needs 0 <= hard_at < easy_at <= 1, got hard_at={hard_at}, "
                              f"easy_at={easy_at}")
         if not 0 <= margin < easy_at - hard_at:
-            raise ValueError(f"data.difficulty.margin must be in [0, easy_at - hard_at), got {margin}")
+            raise UsageError(f"data.difficulty.margin must be in [0, easy_at - hard_at), got {margin}")
         if min_attempts < 1:
-            raise ValueError(f"data.difficulty.min_attempts must be >= 1, got {min_attempts}")
+            raise UsageError(f"data.difficulty.min_attempts must be >= 1, got {min_attempts}")
         self.easy_at, self.hard_at, self.margin, self.min_attempts = easy_at, hard_at, margin, min_attempts
 
     def bucket_after(self, current: str, record: PromptRecord) -> str:
@@ -82,7 +84,7 @@ class OnlineDifficulty:
 class PromptHistory:
     def __init__(self, difficulty: StaticDifficulty | OnlineDifficulty | None = None, smoothing: float = 0.5) -> None:
         if not 0 < smoothing <= 1:
-            raise ValueError(f"data.history_smoothing must be in (0, 1], got {smoothing}")
+            raise UsageError(f"data.history_smoothing must be in (0, 1], got {smoothing}")
         self.difficulty = difficulty or StaticDifficulty()
         self.smoothing = smoothing
         self.records: dict[str, PromptRecord] = {}

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 from grpo_aug.rewards.worker import TimedCalls
@@ -81,15 +82,15 @@ class RewardSet:
     def __init__(self, functions: Sequence[RewardFunction], on_error: str = "raise",
                  winsorize: Winsorize | NoWinsorize | None = None, timeout_s: float | None = None) -> None:
         if not functions:
-            raise ValueError("reward.functions is empty: at least one reward function is needed")
+            raise UsageError("reward.functions is empty: at least one reward function is needed")
         if on_error not in ON_ERROR:
-            raise ValueError(f"reward.on_error must be one of {ON_ERROR}, got {on_error!r}")
+            raise UsageError(f"reward.on_error must be one of {ON_ERROR}, got {on_error!r}")
         names = set()
         for i, rf in enumerate(functions):
             if not math.isfinite(rf.weight) or rf.weight < 0:
-                raise ValueError(f"reward.functions[{i}].weight must be a finite number >= 0, got {rf.weight}")
+                raise UsageError(f"reward.functions[{i}].weight must be a finite number >= 0, got {rf.weight}")
             if rf.name in names:
-                raise ValueError(f"reward.functions[{i}]: the name {rf.name!r} is used twice; set `name:`")
+                raise UsageError(f"reward.functions[{i}]: the name {rf.name!r} is used twice; set `name:`")
             names.add(rf.name)
         self.functions = list(functions)
         self.on_error = on_error
@@ -141,7 +142,7 @@ class RewardSet:
         rows = [p for p, row in zip(prompts, completions, strict=True) for _ in row]  # [B*G]
         texts = [t for row in completions for t in row]  # [B*G]
         if completion_ids is None:
-            raise ValueError(f"reward function {rf.name!r} is batched and takes completion_ids; none were given")
+            raise UsageError(f"reward function {rf.name!r} is batched and takes completion_ids; none were given")
         chats = None if conversations is None else [c for c, row in zip(conversations, completions, strict=True)
                                                     for _ in row]  # [B*G]
         args = (rows, texts, completion_ids, state or TrainerState(0, 0), chats)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from grpo_aug.answers import AUTO, AnswerFormat, normalize
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 
 class MathReward:
@@ -19,5 +20,5 @@ class MathReward:
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
         if not normalize(prompt.answer):
-            raise ValueError(f"prompt {prompt.id!r} has no usable reference answer {prompt.answer!r}")
+            raise UsageError(f"prompt {prompt.id!r} has no usable reference answer {prompt.answer!r}")
         return self.correct if self.answer.correct(completion, prompt.answer) else self.wrong

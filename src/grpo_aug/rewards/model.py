@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards.trl import conversations_of
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -37,12 +38,12 @@ class ModelReward:
                   (dtype in DTYPES, f"reward model dtype must be one of {sorted(DTYPES)}, got {dtype!r}")]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
             self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path, dtype=DTYPES[dtype])
         except (OSError, ValueError) as err:
-            raise ValueError(f"reward model {name_or_path!r}: cannot load a sequence classifier ({err})") from err
+            raise UsageError(f"reward model {name_or_path!r}: cannot load a sequence classifier ({err})") from err
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         # the classifier reads the last token that is not padding: it must know which id pads
@@ -60,7 +61,7 @@ class ModelReward:
                 out.append(p.prompt + c)
                 continue
             if not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError(f"reward model {self.name_or_path!r} has no chat template, and prompt {p.id!r} is a "
+                raise UsageError(f"reward model {self.name_or_path!r} has no chat template, and prompt {p.id!r} is a "
                                  "conversation: use a reward model with one")
             out.append(self.tokenizer.apply_chat_template([*chat, {"role": "assistant", "content": c}],
                                                           tokenize=False))

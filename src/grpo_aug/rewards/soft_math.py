@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from grpo_aug.answers import AUTO, AnswerFormat, normalize, value
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards.process import calculations, in_order, step_results
 
 
@@ -31,7 +32,7 @@ class SoftMathReward:
     def __init__(self, correct: float = 1.0, flawed: float = 0.8, partial: float = 0.3, wrong: float = 0.0,
                  max_length_ratio: float = 2.0, answer: AnswerFormat | None = None) -> None:
         if max_length_ratio <= 0:
-            raise ValueError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
+            raise UsageError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
         self.correct, self.flawed = float(correct), float(flawed)
         self.partial, self.wrong = float(partial), float(wrong)
         self.max_length_ratio = float(max_length_ratio)
@@ -40,7 +41,7 @@ class SoftMathReward:
     def __call__(self, prompt: Prompt, completion: str) -> float:
         reference = value(normalize(prompt.answer))
         if reference is None:  # the process tiers compare calculation results with numbers
-            raise ValueError(f"prompt {prompt.id!r} has a non-numeric reference answer {prompt.answer!r}")
+            raise UsageError(f"prompt {prompt.id!r} has a non-numeric reference answer {prompt.answer!r}")
         steps = calculations(completion)
         if self.answer.correct(completion, prompt.answer):
             concise = len(completion) <= self.max_length_ratio * max(len(prompt.solution), 1)

@@ -11,6 +11,7 @@ import unicodedata
 from rapidfuzz.distance import Levenshtein
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 
 class SimilarityReward:
@@ -31,7 +32,7 @@ class FormatReward:
         try:
             self.pattern = re.compile(pattern, re.MULTILINE)
         except re.error as err:
-            raise ValueError(f"reward format pattern {pattern!r} is not a valid regex: {err}") from err
+            raise UsageError(f"reward format pattern {pattern!r} is not a valid regex: {err}") from err
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
         return 1.0 if self.pattern.search(completion) else 0.0
@@ -51,7 +52,7 @@ class ThinkAnswerFormat:
 
     def __init__(self, mode: str = "strict") -> None:
         if mode not in ("strict", "soft"):
-            raise ValueError(f"reward think_answer mode must be 'strict' or 'soft', got {mode!r}")
+            raise UsageError(f"reward think_answer mode must be 'strict' or 'soft', got {mode!r}")
         self.mode = mode
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
@@ -83,7 +84,7 @@ class RepetitionReward:
 
     def __init__(self, ngram: int = 3) -> None:
         if ngram < 1:
-            raise ValueError(f"reward repetition ngram must be >= 1, got {ngram}")
+            raise UsageError(f"reward repetition ngram must be >= 1, got {ngram}")
         self.ngram = ngram
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
@@ -112,7 +113,7 @@ class ScriptReward:
 
     def __init__(self, script: str = "latin") -> None:
         if script not in SCRIPTS:
-            raise ValueError(f"reward script {script!r} is not one of {sorted(SCRIPTS)}")
+            raise UsageError(f"reward script {script!r} is not one of {sorted(SCRIPTS)}")
         self.prefixes = SCRIPTS[script]
 
     def __call__(self, prompt: Prompt, completion: str) -> float:

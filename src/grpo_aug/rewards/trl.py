@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hydra.utils import get_method
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ class TrainerState:
 def import_callable(path: str, key: str) -> Callable:
     """`package.module.name` -> that function (Hydra's own lookup), or an error naming the key."""
     if "." not in path:
-        raise ValueError(f"{key}={path!r}: expected an import path such as my_rewards.correctness_reward")
+        raise UsageError(f"{key}={path!r}: expected an import path such as my_rewards.correctness_reward")
     try:
         return get_method(path)
     except (ImportError, ValueError) as err:
-        raise ValueError(f"{key}={path!r} cannot be imported: {err}") from err
+        raise UsageError(f"{key}={path!r} cannot be imported: {err}") from err
 
 
 def row_columns(prompt: Prompt) -> dict[str, object]:
@@ -59,7 +60,7 @@ class TRLReward:
     def __init__(self, fn: str | Callable) -> None:
         self.fn = import_callable(fn, "reward.functions[].fn.fn") if isinstance(fn, str) else fn
         if not callable(self.fn):
-            raise ValueError(f"reward.functions[].fn.fn must be a function or an import path, got {fn!r}")
+            raise UsageError(f"reward.functions[].fn.fn must be a function or an import path, got {fn!r}")
         inner = getattr(self.fn, "func", self.fn)  # a functools.partial from `_partial_: true`
         self.name = getattr(inner, "__name__", type(inner).__name__)
 

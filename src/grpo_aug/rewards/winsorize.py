@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_aug.errors import UsageError
+
 
 class NoWinsorize:
     def __call__(self, rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -20,7 +22,7 @@ class Winsorize:
 
     def __init__(self, lower: float = 0.01, upper: float = 0.99) -> None:
         if not 0.0 <= lower < upper <= 1.0:
-            raise ValueError(
+            raise UsageError(
                 f"reward.winsorize needs 0 <= lower < upper <= 1, got lower={lower}, upper={upper}"
             )
         self.lower = float(lower)

@@ -16,6 +16,8 @@ import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from grpo_aug.errors import UsageError
+
 
 class Outcome(NamedTuple):
     kind: str  # "ok" | "error" | "timeout"
@@ -38,7 +40,7 @@ def _serve(conn, functions: Sequence[Callable[..., object]]) -> None:
 class TimedCalls:
     def __init__(self, functions: Sequence[Callable[..., object]], timeout_s: float) -> None:
         if not timeout_s > 0:
-            raise ValueError(f"reward.timeout_s must be > 0 or null, got {timeout_s}")
+            raise UsageError(f"reward.timeout_s must be > 0 or null, got {timeout_s}")
         self.functions = list(functions)
         self.timeout_s = float(timeout_s)
         methods = mp.get_all_start_methods()

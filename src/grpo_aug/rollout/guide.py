@@ -32,6 +32,7 @@ import torch
 
 from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.merge import replace_rows
 from grpo_aug.rollout.types import Rollout
@@ -60,7 +61,7 @@ class ReferencePrefix:
         """steps_left: per guided row (from the group's last row back), the calculation steps it
         writes itself; one entry per guided row."""
         if not steps_left or any(int(k) < 1 for k in steps_left):
-            raise ValueError(f"rollout.reflect.steps_left must be a non-empty list of steps >= 1 (one per guided "
+            raise UsageError(f"rollout.reflect.steps_left must be a non-empty list of steps >= 1 (one per guided "
                              f"row: the steps it writes itself), got {list(steps_left)}")
         self.steps_left, self.answer = [int(k) for k in steps_left], answer or AUTO
         self.unaligned = 0  # rows left unguided: prompt tokens not a prefix of the guided context's

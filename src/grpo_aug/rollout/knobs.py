@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_aug.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -36,7 +38,7 @@ class Knobs:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
         object.__setattr__(self, "stop", tuple(self.stop))
 
     @property

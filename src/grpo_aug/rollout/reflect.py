@@ -24,6 +24,7 @@ import torch
 
 from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.mathtext import ANNOTATION
 from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.merge import replace_rows
@@ -42,9 +43,9 @@ class Reflection:
 
     def __init__(self, rows: int = 2, hint: str = "first_step", answer: AnswerFormat | None = None) -> None:
         if rows < 1:
-            raise ValueError(f"rollout.reflect.rows must be >= 1, got {rows}")
+            raise UsageError(f"rollout.reflect.rows must be >= 1, got {rows}")
         if hint not in HINTS:
-            raise ValueError(f"rollout.reflect.hint must be one of {list(HINTS)}, got {hint!r}")
+            raise UsageError(f"rollout.reflect.hint must be one of {list(HINTS)}, got {hint!r}")
         self.rows, self.hint, self.answer = rows, hint, answer or AUTO
 
     def hint_for(self, prompt: Prompt, completions: Sequence[str]) -> str | None:
@@ -66,7 +67,7 @@ class Reflection:
         R, k = rows_per_prompt, min(self.rows, rows_per_prompt - 1)  # at least one unhinted row stays
         hinted = torch.zeros(len(ro.texts), dtype=torch.bool)
         if ro.sample_logprobs is None:
-            raise ValueError("rollout/reflect needs an engine that reports its log-probs (the off-policy correction)")
+            raise UsageError("rollout/reflect needs an engine that reports its log-probs (the off-policy correction)")
         targets, texts, contexts = [], [], []
         for b, prompt in enumerate(prompts):
             group = ro.texts[b * R : (b + 1) * R]

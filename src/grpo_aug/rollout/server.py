@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from grpo_aug.distributed import first_process, rank_world
+from grpo_aug.errors import UsageError
 from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.knobs import Knobs
 from grpo_aug.rollout.types import Rollout
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 PROBE = "The quick brown fox: 12 + 30 = 42.\n#### 42"  # the tokenizer check's text
 
 
-class ServerError(RuntimeError):
+class ServerError(UsageError, RuntimeError):
     """The vLLM server cannot serve the run; the message names its URL and what to do."""
 
 
@@ -105,13 +106,13 @@ class VLLMServerEngine:
                  start_timeout_s: float = 600.0, connect_timeout_s: float = 10.0, request_timeout_s: float = 600.0,
                  max_concurrency: int = 64, log_file: str = "vllm_server.log") -> None:
         if max_concurrency < 1:
-            raise ValueError(f"rollout.engine.max_concurrency must be >= 1, got {max_concurrency}")
+            raise UsageError(f"rollout.engine.max_concurrency must be >= 1, got {max_concurrency}")
         for name, value in (("start_timeout_s", start_timeout_s), ("connect_timeout_s", connect_timeout_s),
                             ("request_timeout_s", request_timeout_s)):
             if not value > 0:
-                raise ValueError(f"rollout.engine.{name} must be > 0, got {value}")
+                raise UsageError(f"rollout.engine.{name} must be > 0, got {value}")
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"rollout.engine.url must be an http(s) URL, got {url!r}")
+            raise UsageError(f"rollout.engine.url must be an http(s) URL, got {url!r}")
         self.server = Server(url, connect_timeout_s, request_timeout_s)
         self.launch, self.devices, self.serve_args = launch, devices, [str(a) for a in serve_args]
         self.env = {str(k): str(v) for k, v in (env or {}).items()}

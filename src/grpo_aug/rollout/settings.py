@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rollout.budget import UniformBudget
 from grpo_aug.rollout.dedup import NoDedup
 from grpo_aug.rollout.filter import GroupFilter
@@ -35,21 +36,21 @@ class RolloutSettings:
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
-            raise ValueError(f"rollout.group_size must be >= 2 (a group needs a std), got {self.group_size}")
+            raise UsageError(f"rollout.group_size must be >= 2 (a group needs a std), got {self.group_size}")
         if len(self.temperatures) == 0:
-            raise ValueError("rollout.temperatures is empty; give at least one temperature, e.g. [1.0]")
+            raise UsageError("rollout.temperatures is empty; give at least one temperature, e.g. [1.0]")
         for i, t in enumerate(self.temperatures):
             if t < 0:
-                raise ValueError(f"rollout.temperatures[{i}] = {t} is negative")
+                raise UsageError(f"rollout.temperatures[{i}] = {t} is negative")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+            raise UsageError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         if self.oversample < 1:
-            raise ValueError(f"rollout.oversample must be >= 1, got {self.oversample}")
+            raise UsageError(f"rollout.oversample must be >= 1, got {self.oversample}")
         if not isinstance(self.ahead, int) or self.ahead < 0:
-            raise ValueError(f"rollout.ahead must be an integer >= 0 (rollouts sampled ahead of training), "
+            raise UsageError(f"rollout.ahead must be an integer >= 0 (rollouts sampled ahead of training), "
                              f"got {self.ahead!r}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise UsageError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         object.__setattr__(self, "stop", tuple(self.stop))
         self.knobs  # noqa: B018 (validates them now, before any model loads)
@@ -57,7 +58,7 @@ class RolloutSettings:
         self.budget.check(self.group_size, self.oversample, self.dedup.min_unique)
         object.__setattr__(self, "hints", tuple(self.hints))
         if "{question}" not in self.hint_template or "{hint}" not in self.hint_template:
-            raise ValueError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
+            raise UsageError(f"rollout.hint_template must contain {{question}} and {{hint}}, "
                              f"got {self.hint_template!r}")
 
     @property

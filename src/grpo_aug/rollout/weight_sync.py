@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from grpo_aug.errors import UsageError
 from grpo_aug.rollout.engine import policy_weights
 
 
@@ -28,7 +29,7 @@ class FileSync:
 
     def __init__(self, directory: str | None = None, timeout_s: float = 300.0) -> None:
         if not timeout_s > 0:
-            raise ValueError(f"rollout.engine.weight_sync.timeout_s must be > 0, got {timeout_s}")
+            raise UsageError(f"rollout.engine.weight_sync.timeout_s must be > 0, got {timeout_s}")
         self.directory, self.timeout_s = directory, timeout_s
         self.folder: Path | None = None
 
@@ -70,7 +71,7 @@ class NCCLSync:
             raise ServerError("rollout/engine/weight_sync=nccl needs CUDA (NCCL between the trainer's GPU and the "
                               "server's); on a CPU use rollout/engine/weight_sync=file")
         if hasattr(policy, "get_base_model"):
-            raise ValueError("rollout/engine/weight_sync=nccl sends the policy's parameters as they are; with "
+            raise UsageError("rollout/engine/weight_sync=nccl sends the policy's parameters as they are; with "
                              "model/lora=on use rollout/engine/weight_sync=file (it folds the adapter in)")
         if self.engine is None:
             self.engine = self._connect(server, policy, sender)

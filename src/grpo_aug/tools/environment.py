@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+from grpo_aug.errors import UsageError
 from grpo_aug.tools.protocol import import_function
 from grpo_aug.tools.runner import Outcome, ToolLimits, ToolRunner
 
@@ -33,9 +34,9 @@ class EnvironmentTools:
     def __init__(self, factory: str, stop: Sequence[str] = ("\n",), max_transcript_tokens: int = 256,
                  reward_weight: float = 1.0, limits: ToolLimits | None = None) -> None:
         if not stop or not all(isinstance(s, str) and s for s in stop):
-            raise ValueError(f"rollout.tools.stop must be a non-empty list of non-empty strings, got {list(stop)!r}")
+            raise UsageError(f"rollout.tools.stop must be a non-empty list of non-empty strings, got {list(stop)!r}")
         if max_transcript_tokens < 1:
-            raise ValueError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
+            raise UsageError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
         self.factory_path = factory
         self.factory = import_function(factory, "rollout.tools.factory")
         self.turn_ends = tuple(stop)
@@ -55,7 +56,7 @@ class EnvironmentTools:
 
     def session(self, records, n: int) -> Episodes:
         if records is None:
-            raise ValueError("rollout/tools=environment: the engine was called without the rows' records "
+            raise UsageError("rollout/tools=environment: the engine was called without the rows' records "
                              "(environments reset from them)")
         return Episodes(self, records)
 

@@ -20,6 +20,7 @@ import importlib
 import json
 from collections.abc import Callable, Sequence
 
+from grpo_aug.errors import UsageError
 from grpo_aug.tools.runner import ToolError, ToolLimits, ToolRunner
 
 MAX_CALL_CHARS = 2000  # a call's text beyond this is not parsed
@@ -32,9 +33,9 @@ def import_function(path: str, where: str) -> Callable:
     try:
         fn = getattr(importlib.import_module(module), name) if module else None
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"{where}: cannot import {path!r} ({err})") from err
+        raise UsageError(f"{where}: cannot import {path!r} ({err})") from err
     if not callable(fn):
-        raise ValueError(f"{where}: {path!r} is not an importable function (package.module.function)")
+        raise UsageError(f"{where}: {path!r} is not an importable function (package.module.function)")
     return fn
 
 
@@ -73,13 +74,13 @@ class TextTools:
                  result: str = "={output}", max_transcript_tokens: int = 128,
                  limits: ToolLimits | None = None, name: str = "calculator", warmup_share: float = 0.3) -> None:
         if not call or not end:
-            raise ValueError(f"rollout.tools.call and rollout.tools.end must be non-empty, got {call!r}, {end!r}")
+            raise UsageError(f"rollout.tools.call and rollout.tools.end must be non-empty, got {call!r}, {end!r}")
         if "{output}" not in result:
-            raise ValueError(f"rollout.tools.result must contain {{output}}, got {result!r}")
+            raise UsageError(f"rollout.tools.result must contain {{output}}, got {result!r}")
         if max_transcript_tokens < 1:
-            raise ValueError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
+            raise UsageError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
         if not 0.0 <= warmup_share <= 1.0:
-            raise ValueError(f"rollout.tools.warmup_share must be in [0, 1], got {warmup_share}")
+            raise UsageError(f"rollout.tools.warmup_share must be in [0, 1], got {warmup_share}")
         self.warmup_share = warmup_share
         self.fn = import_function(function, "rollout.tools.function")
         self.function, self.name = function, name
@@ -126,9 +127,9 @@ class ChatTools:
     def __init__(self, functions: Sequence[str], max_transcript_tokens: int = 512,
                  limits: ToolLimits | None = None) -> None:
         if not functions:
-            raise ValueError("rollout.tools.functions must name at least one function (package.module.function)")
+            raise UsageError("rollout.tools.functions must name at least one function (package.module.function)")
         if max_transcript_tokens < 1:
-            raise ValueError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
+            raise UsageError(f"rollout.tools.max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
         from transformers.utils import get_json_schema
 
         self.functions = {}
@@ -138,7 +139,7 @@ class ChatTools:
             try:
                 schema = get_json_schema(fn)
             except Exception as err:  # transformers names the missing type hint or docstring entry
-                raise ValueError(f"rollout.tools.functions: {path!r} has no usable schema: {err}") from err
+                raise UsageError(f"rollout.tools.functions: {path!r} has no usable schema: {err}") from err
             self.functions[schema["function"]["name"]] = fn
             self.schemas.append(schema)
         self.max_transcript_tokens = max_transcript_tokens
@@ -151,7 +152,7 @@ class ChatTools:
 
     def bind(self, tokenizer, prompt_format) -> ChatTools:
         if not hasattr(prompt_format, "with_tools"):
-            raise ValueError("rollout/tools=functions calls tools through the chat template: use "
+            raise UsageError("rollout/tools=functions calls tools through the chat template: use "
                              "data/prompt_format=chat (a model with a chat template)")
         prompt_format.with_tools(self.schemas)
         self.tokenizer, self.closed = tokenizer, None
@@ -205,7 +206,7 @@ class ChatTools:
         full = self.tokenizer.apply_chat_template(messages + [{"role": "tool", "content": outcome_text}],
                                                   tools=self.schemas, tokenize=False, add_generation_prompt=True)
         if not full.startswith(closed) or placeholder not in closed:
-            raise ValueError("the chat template does not render a tool message after an assistant turn as a "
+            raise UsageError("the chat template does not render a tool message after an assistant turn as a "
                              "continuation of it: rollout/tools=functions cannot splice tool results for this model")
         return closed[closed.index(placeholder) + len(placeholder) :] + full[len(closed) :]
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from grpo_aug.errors import UsageError
+
 
 @dataclass(frozen=True)
 class ToolLimits:
@@ -37,7 +39,7 @@ class ToolLimits:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UsageError(message)
 
 
 class Outcome(NamedTuple):

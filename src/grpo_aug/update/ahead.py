@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.prompts.selection import Picked
 from grpo_aug.rollout.groups import SampledGroups
 
@@ -80,7 +81,7 @@ class AheadQueue:
 
     def __init__(self, depth: int) -> None:
         if depth < 1:
-            raise ValueError(f"AheadQueue needs rollout.ahead >= 1, got {depth}")
+            raise UsageError(f"AheadQueue needs rollout.ahead >= 1, got {depth}")
         self.depth = depth
         self.jobs: deque[Job] = deque()
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-ahead")

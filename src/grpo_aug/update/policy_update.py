@@ -22,6 +22,7 @@ from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.rewards.winsorize import NoWinsorize
 from grpo_aug.rollout.groups import SampledGroups
@@ -117,7 +118,7 @@ class PolicyUpdate:
                     ref_logps = self.scorer.logprobs(model, ro, chunks)  # [B*G, T]
             if off_policy:
                 if ro.sample_logprobs is None:
-                    raise ValueError("rollout.ahead >= 1 needs the sampler's log-probs, and this engine reports none")
+                    raise UsageError("rollout.ahead >= 1 needs the sampler's log-probs, and this engine reports none")
                 old_logps = ro.sample_logprobs.to(ro.input_ids.device)  # [B*G, T]
             elif a.updates_per_rollout > 1:
                 old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
