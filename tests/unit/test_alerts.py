@@ -115,3 +115,25 @@ def test_bad_alert_config_names_the_key():
         Alerts(fail_on=["loss_went_down"])
     with pytest.raises(ValueError, match="unknown key"):
         Alerts(low_sdt=0.3)
+
+
+def test_heldout_below_start_fires_on_the_bucket_that_fell_and_keeps_its_start_on_resume(caplog):
+    rec = Recorder()
+    cb = Alerts(window=3)
+    start = {"eval/accuracy/easy": 0.34, "eval/accuracy/medium": 0.25, "eval/accuracy/hard": 0.165}
+    cb.on_validation_end(_trainer(0, [rec]), SimpleNamespace(last_eval=start))
+    # medium 0.01 below: within the threshold; hard 0.045 below: fires, naming hard only
+    later = {"eval/accuracy/easy": 0.54, "eval/accuracy/medium": 0.24, "eval/accuracy/hard": 0.12,
+             "eval/pass@8/hard": 0.0}
+    resumed = Alerts(window=3)
+    resumed.load_state_dict(cb.state_dict())
+    for alerts in (cb, resumed):
+        alerts.on_validation_end(_trainer(100, [rec]), SimpleNamespace(last_eval=later))
+    fired = [v["alerts/heldout_below_start"] for _, v in rec.logged if "alerts/heldout_below_start" in v]
+    assert fired == [1.0, 1.0]
+    texts = [r.getMessage() for r in caplog.records if "heldout_below_start" in r.getMessage()]
+    assert len(texts) == 2 and all("below its start: hard 0.120 (start 0.165), while" in t for t in texts), texts
+    quiet = Alerts(window=3)  # no step-0 evaluation (validate_before_training=false): never fires
+    quiet.on_validation_end(_trainer(50, [rec]), SimpleNamespace(last_eval=start))
+    quiet.on_validation_end(_trainer(100, [rec]), SimpleNamespace(last_eval=later))
+    assert quiet.counts["heldout_below_start"] == 0

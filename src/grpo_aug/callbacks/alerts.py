@@ -14,6 +14,9 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     junk_tokens           share of completion characters that are junk (U+FFFD, control characters,
                           letters outside the prompt's script) > max_junk
     tool_failures         share of the window's tool calls that failed > max_tool_failures (rollout/tools)
+    heldout_below_start   at an evaluation, a bucket's held-out accuracy is more than max_heldout_drop below
+                          its step-0 value: the run learns its training prompts, not the task (checked at
+                          each evaluation; needs validate_before_training)
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from grpo_aug.report import StepReport
 log = logging.getLogger(__name__)
 
 ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss",
-          "junk_tokens", "tool_failures")
+          "junk_tokens", "tool_failures", "heldout_below_start")
+EVAL_PREFIX = "eval/accuracy/"
 
 
 class StepStats(NamedTuple):
@@ -84,6 +88,7 @@ class Thresholds(NamedTuple):
     near_greedy: float = 0.05
     max_junk: float = 0.02
     max_tool_failures: float = 0.25
+    max_heldout_drop: float = 0.02
 
 
 def low_std_cause(window: Sequence[StepStats], t: Thresholds) -> str:
@@ -144,6 +149,12 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     return fired
 
 
+def heldout_drops(start: dict[str, float], now: dict[str, float], t: Thresholds) -> dict[str, tuple[float, float]]:
+    """Buckets whose held-out accuracy fell more than max_heldout_drop below its start: (start, now)."""
+    return {k[len(EVAL_PREFIX):]: (start[k], v) for k, v in now.items()
+            if k.startswith(EVAL_PREFIX) and k in start and start[k] - v > t.max_heldout_drop}
+
+
 class AlertFailure(UsageError, RuntimeError):
     pass
 
@@ -172,6 +183,26 @@ class Alerts(L.Callback):
         self.counts = dict.fromkeys(ALERTS, 0)
         self.quiet_until = dict.fromkeys(ALERTS, 0)  # history length index: no repeat within a window
         self.seen = 0
+        self.start: dict[str, float] | None = None  # the step-0 held-out accuracies
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        accuracy = {k: float(v) for k, v in getattr(pl_module, "last_eval", {}).items() if k.startswith(EVAL_PREFIX)}
+        if not accuracy:
+            return
+        if self.start is None:
+            if trainer.global_step == 0:
+                self.start = accuracy
+            return
+        drops = heldout_drops(self.start, accuracy, self.thresholds)
+        if not drops:
+            return
+        recent = statistics.fmean(s.reward_mean for s in self.history) if self.history else float("nan")
+        where = ", ".join(f"{b} {now:.3f} (start {was:.3f})" for b, (was, now) in drops.items())
+        self._fire(trainer, "heldout_below_start",
+                   f"held-out accuracy fell more than {self.thresholds.max_heldout_drop:g} below its start: {where}, "
+                   f"while the train reward is {recent:.2f}; likely cause: the run learns its training prompts, not "
+                   "the task: look at prompts/attempts_mean (rollouts per distinct prompt) and try "
+                   "rollout/selector=none, or a lower lr")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not outputs:  # a call that only queued a rollout (rollout.ahead): no step
@@ -188,11 +219,14 @@ class Alerts(L.Callback):
             if self.seen < self.quiet_until[name]:
                 continue
             self.quiet_until[name] = self.seen + self.window
-            self.counts[name] += 1
-            self._report(trainer, name, message)
-            if name in self.fail_on:
-                raise AlertFailure(f"stopping at step {trainer.global_step}: alert {name}: {message} "
-                                   f"(callbacks.alerts.fail_on contains {name!r})")
+            self._fire(trainer, name, message)
+
+    def _fire(self, trainer, name: str, message: str) -> None:
+        self.counts[name] += 1
+        self._report(trainer, name, message)
+        if name in self.fail_on:
+            raise AlertFailure(f"stopping at step {trainer.global_step}: alert {name}: {message} "
+                               f"(callbacks.alerts.fail_on contains {name!r})")
 
     def _report(self, trainer, name: str, message: str) -> None:
         line = f"ALERT {name} at step {trainer.global_step}: {message}"
@@ -205,10 +239,11 @@ class Alerts(L.Callback):
 
     def state_dict(self) -> dict:
         return {"history": [list(s) for s in self.history], "counts": self.counts, "quiet_until": self.quiet_until,
-                "seen": self.seen}
+                "seen": self.seen, "start": self.start}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = deque((StepStats(*s) for s in state["history"]), maxlen=self.window)
         self.counts.update(state["counts"])
         self.quiet_until.update(state["quiet_until"])
+        self.start = state.get("start")  # checkpoints from before the held-out alert have none
         self.seen = state["seen"]
