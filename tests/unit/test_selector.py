@@ -214,10 +214,16 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     assert history.get("x").attempts == 1 and history.get("x").last_seen == 4
     m = sel.window_metrics()
     # rows: p0 2 (flat), p1 2, x 8 (flat) -> 10 / 12 wasted; 4 skips of 8 considered;
-    # 1 audit, flat: precision 1; caught = 4 x 1, let through flat: x -> recall 4 / 5
+    # 1 audit, flat: precision 1; caught = 4 x 1, let through flat: x -> recall 4 / 5;
+    # 3 distinct prompts (p0, p1, x), each rolled out once
+    once = {"prompts/seen": 3.0, "prompts/attempts_mean": 1.0, "prompts/attempts_max": 1.0}
     assert m == pytest.approx({"rollout/tokens_total": 12, "rollout/flat_rows_frac": 10 / 12, "selector/skip_frac": 0.5,
-                               "selector/precision": 1.0, "selector/recall": 0.8})
-    assert sel.window_metrics() == {"rollout/tokens_total": 12, "selector/skip_frac": 0.0}  # a new window
+                               "selector/precision": 1.0, "selector/recall": 0.8, **once})
+    assert sel.window_metrics() == {"rollout/tokens_total": 12, "selector/skip_frac": 0.0, **once}  # a new window
+    # p0 and p1 again (this rank only): attempts 2, 2, 1 -> mean 5 / 3, most 2
+    sel.observe(picked, sampled, 5, rows_per_group=2, gather=lambda mine_: [mine_])
+    m = sel.window_metrics()
+    assert (m["prompts/seen"], m["prompts/attempts_mean"], m["prompts/attempts_max"]) == pytest.approx((3, 5 / 3, 2))
 
 
 def test_slots_a_budget_left_empty_count_neither_in_the_pass_rate_nor_in_the_rows():
@@ -235,7 +241,9 @@ def test_no_selector_still_measures_the_waste():
     sel = PromptSelection()
     mine = _prompts(1)
     sel.observe(Picked(mine, frozenset(), 0, 1, {}), _Sampled(mine, ["A: 5", "A: 5"], [False]), 0, 2, lambda x: [x])
-    assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0}
+    # one prompt rolled out once: the spread is measured without a selector too
+    assert sel.window_metrics() == {"rollout/tokens_total": 7, "rollout/flat_rows_frac": 1.0, "prompts/seen": 1.0,
+                                    "prompts/attempts_mean": 1.0, "prompts/attempts_max": 1.0}
     assert isinstance(sel.predictor, NoPredictor)
 
 
