@@ -15,8 +15,9 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
     learned   online + rollout/selector=learned
     learned_os2  online + learned + rollout.oversample=2
     bandit    curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
+              (the default since 2026-12-04)
     bandit_history  bandit + rollout/selector=history
-    bandit_learned  bandit + rollout/selector=learned (the default since 2026-12-01; the learned
+    bandit_learned  bandit + rollout/selector=learned (the default 2026-12-01 to 12-04; the learned
               selector reads the reference likelihood and ranks candidates since 2026-12-01 evening)
     bandit_learned_draw  bandit + the learned selector as it was before that: history features only,
               each candidate skipped with its flat probability, 2 replacement rounds
