@@ -100,7 +100,7 @@ def test_vespo_weights_each_row_by_phi_of_its_sequence_ratio():
     # phi = 1 at w = 1, and near 0 at both ends (w = e^-10, w = e^3)
     adv = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
     log_ratio = torch.tensor([[0.0], [-10.0], [3.0]], dtype=torch.float64)
-    phi = v.weights(log_ratio, adv[:, None], torch.ones(3, 1, dtype=torch.float64)).flatten().tolist()
+    phi = v.weights(log_ratio, adv[:, None]).flatten().tolist()
     assert phi[0] == pytest.approx(1.0)
     assert phi[1] == pytest.approx(math.exp(3.0 - 20.0 - 3.0 * math.exp(-10.0)))
     assert phi[2] == pytest.approx(math.exp(3.0 + 6.0 - 3.0 * math.exp(3.0)))

@@ -89,16 +89,17 @@ class VESPO:
             raise UsageError(f"algo.surrogate k_pos, lambda_pos, k_neg, lambda_neg must be > 0, got {self.k_pos}, "
                              f"{self.lambda_pos}, {self.k_neg}, {self.lambda_neg}")
 
-    def weights(self, log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """phi(w) [..., 1], detached: w = exp(sum of the row's token log-ratios), bounded to [1e-8, e^20]."""
+    def weights(self, seq_log_ratio: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+        """phi(w) [..., 1], detached: w = exp(the row's summed token log-ratios [..., 1]), bounded to [1e-8, e^20]."""
         with torch.no_grad():
-            log_w = (log_ratio * mask).sum(-1, keepdim=True).clamp(math.log(1e-8), 20.0)  # [..., 1]
+            log_w = seq_log_ratio.clamp(math.log(1e-8), 20.0)  # [..., 1]
             k = torch.where(adv >= 0, log_w.new_tensor(self.k_pos), log_w.new_tensor(self.k_neg))  # [..., 1]
             lam = torch.where(adv >= 0, log_w.new_tensor(self.lambda_pos), log_w.new_tensor(self.lambda_neg))
             return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0)  # [..., 1]
 
     def pg(self, log_ratio, logps, adv, mask, ratio):
-        phi = self.weights(log_ratio, adv, mask)  # [..., 1]
+        seq = (log_ratio * mask).sum(-1, keepdim=True)  # [..., 1]
+        phi = self.weights(seq, adv)  # [..., 1]
         small = (phi < 0.5).expand_as(logps)  # rows the weighting kept at under half the plain gradient
-        w_low = ((log_ratio * mask).sum(-1, keepdim=True) < 0).expand_as(logps)
+        w_low = (seq < 0).expand_as(logps)
         return phi * adv * logps, {"low": small & w_low, "high": small & ~w_low}
