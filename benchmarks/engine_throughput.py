@@ -23,9 +23,10 @@ import time
 import torch
 
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.vllm_colocated import VLLMEngine
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.models.tiny import build_tiny_model
-from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 
 LADDER = (0.7, 1.0, 1.2, 1.5)
 MODELS = {"tiny": dict(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, new_tokens=48),

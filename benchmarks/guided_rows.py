@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from grpo_aug.answers import AUTO  # noqa: E402
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
+from grpo_aug.engines.sampling import generate  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grpo_aug.rollout.guide import prefix_text  # noqa: E402
-from grpo_aug.rollout.sampling import generate  # noqa: E402
 
 
 def pass_rate(model, tokenizer, rows: list[tuple[str, str, str]], temperature: float, max_new_tokens: int) -> float:

@@ -5,7 +5,7 @@
 (a) naive: one HF `generate` call per row, temperatures cycling 0.7/1.0/1.2/1.5, top-p 0.95
     (the seed document's `group_sample`);
 (b) hf_batched: one HF `generate` call for all rows at a single temperature;
-(c) grpo_aug: one call of grpo_aug.rollout.sampling for all rows, each row at its own temperature.
+(c) grpo_aug: one call of grpo_aug.engines.sampling for all rows, each row at its own temperature.
 Same tiny model (the default `model=tiny` architecture, random weights), same prompts. Figures
 are medians over repeats; compare ratios from one run, absolute numbers move with the machine.
 """

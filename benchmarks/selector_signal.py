@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
+from grpo_aug.engines.sampling import generate  # noqa: E402
 from grpo_aug.preflight import pair_auc  # noqa: E402
 from grpo_aug.prompts.datamodule import split_heldout  # noqa: E402
 from grpo_aug.prompts.likelihood import reference_logprobs  # noqa: E402
 from grpo_aug.rewards import MathReward  # noqa: E402
-from grpo_aug.rollout.sampling import generate  # noqa: E402
 
 
 def auc(positive: list[float], negative: list[float]) -> float:

@@ -81,7 +81,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
 
     import lightning as L
 
-    import grpo_aug.rollout.engine as engine_lib
+    import grpo_aug.engines.hf as engine_lib
     import grpo_aug.update.scoring as scoring_lib
     from grpo_aug.algo.beta import ConstantBeta
     from grpo_aug.algo.settings import AlgoSettings

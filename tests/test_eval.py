@@ -9,10 +9,10 @@ import torch
 
 from grpo_aug.data.gsm8k import read_gsm8k
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.hf import HFEngine
 from grpo_aug.models.evaluation import EvalSettings, HeldoutAccuracy, describe
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.pipeline import evaluate, train
-from grpo_aug.rollout.engine import HFEngine
 from helpers import ROOT, TINY, compose_cfg, read_scalars
 
 GSM8K_TEST = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"

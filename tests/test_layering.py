@@ -1,9 +1,13 @@
 """The package's layering, checked in a fresh interpreter: importing every module of a layer loads
-nothing from a layer above it (a lower folder never imports a higher one)."""
+nothing from a layer above it (a lower folder never imports a higher one). And no import circle
+between any two modules of src/, read from the source (imports inside functions included: they
+only postpone a circle)."""
 
+import ast
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import grpo_aug
 
@@ -16,6 +20,7 @@ LAYERS = [
     ["grpo_aug.data"],
     ["grpo_aug.rewards"],
     ["grpo_aug.tools"],
+    ["grpo_aug.engines"],
     ["grpo_aug.rollout", "grpo_aug.report"],
     ["grpo_aug.prompts"],
     ["grpo_aug.update"],
@@ -50,3 +55,72 @@ def test_no_layer_imports_one_above_it():
     for level, line in enumerate(out.strip().splitlines()):
         assert line == f"{level} []", f"{LAYERS[level]} import {line}"
     assert len(out.strip().splitlines()) == len(LAYERS) - 1
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its source. `from a.b import c` is
+    an edge to a.b.c when that is a module, else to a.b."""
+    files = {".".join((package, *f.relative_to(root).with_suffix("").parts)).removesuffix(".__init__"): f
+             for f in root.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                          for a in node.names}
+        graph[name] = {e for e in edges if e in files and e != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_the_package():
+    graph = import_graph(Path(grpo_aug.__file__).parent, "grpo_aug")
+    assert len(graph) > 100 and "grpo_aug.engines.weight_sync" in graph["grpo_aug.engines.vllm_server"]
+    assert circles(graph) == []
+
+
+def test_a_planted_circle_is_found(tmp_path):
+    """Two modules that import each other, one of them only inside a function, beside a chain."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("import os\n\ndef f():\n    from pkg.a import X\n    return X\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph == {"pkg": set(), "pkg.sub": set(), "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert circles(graph) == [["pkg.a", "pkg.sub.b"]]

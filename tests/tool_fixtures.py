@@ -7,7 +7,8 @@ import time
 
 import lightning as L
 
-from grpo_aug.rollout.engine import HFEngine, rollout_from_ids
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.types import rollout_from_ids
 
 
 def raising(argument: str) -> str:

@@ -32,3 +32,7 @@ class MissingFile(UsageError, FileNotFoundError):
 
 class MissingPackage(UsageError, ImportError):
     """An option needs a package that is not installed."""
+
+
+class ServerError(UsageError, RuntimeError):
+    """A vLLM server cannot serve the run; the message names its URL and what to do."""

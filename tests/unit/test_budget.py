@@ -11,11 +11,11 @@ import torch
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.prompts.history import Outcome, PromptHistory
 from grpo_aug.rewards import RewardFunction, RewardSet
 from grpo_aug.rollout.budget import InformativeBudget, allocate, spread_probability
 from grpo_aug.rollout.dedup import NgramDedup
-from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.merge import spread_rows
 from grpo_aug.rollout.settings import RolloutSettings

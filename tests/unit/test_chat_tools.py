@@ -9,7 +9,7 @@ from tool_fixtures import Scripted
 from transformers import AutoTokenizer
 
 from grpo_aug.data.prompt_format import ChatPrompt, PlainPrompt
-from grpo_aug.rollout.turns import MultiTurnEngine
+from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.tools.protocol import ChatTools
 from helpers import build_chat_model, compose_cfg
 

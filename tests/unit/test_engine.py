@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.types import rollout_from_ids
+from grpo_aug.engines.vllm_colocated import VLLMEngine
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
-from grpo_aug.rollout.engine import HFEngine, VLLMEngine, rollout_from_ids
 from helpers import TINY, read_scalars, train_here
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "easy"]

@@ -8,9 +8,9 @@ import torch
 from tool_fixtures import Scripted
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.rewards import RewardFunction, RewardSet
-from grpo_aug.rollout.turns import MultiTurnEngine
 from grpo_aug.tools.environment import EnvironmentTools
 
 PROMPT = "Q: guess\nA: "

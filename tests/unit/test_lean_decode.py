@@ -104,7 +104,7 @@ def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
 
 
 def test_sharded_models_sample_through_their_own_forward(monkeypatch):
-    import grpo_aug.rollout.sampling as sampler
+    import grpo_aug.engines.sampling as sampler
 
     tok = build_char_tokenizer()
     model = _model("llama", tok)

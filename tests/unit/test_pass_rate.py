@@ -8,10 +8,10 @@ import pytest
 
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.hf import HFEngine
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.pipeline import build_parts
 from grpo_aug.prompts.pass_rate import pass_rates, tier
-from grpo_aug.rollout.engine import HFEngine
 from helpers import compose_cfg
 
 RECORDS = SyntheticArithmetic(size_per_bucket=4, seed=0).load()[:5]

@@ -9,11 +9,11 @@ import torch
 
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.sampling import generate
 from grpo_aug.lean.decode import LEAN_FLAG, supports
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.sampling import generate
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.update.chunk_loss import chunk_loss
 from helpers import TINY, all_finite, make_module, prepared, read_scalars, train_here

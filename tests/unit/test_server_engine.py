@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_aug.rollout.server import PROBE, ServerError, VLLMServerEngine
-from grpo_aug.rollout.weight_sync import FileSync
+from grpo_aug.engines.vllm_server import PROBE, VLLMServerEngine
+from grpo_aug.engines.weight_sync import FileSync
+from grpo_aug.errors import ServerError
 from helpers import free_port
 
 

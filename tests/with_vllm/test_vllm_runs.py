@@ -27,7 +27,7 @@ def no_policy_sampling(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the policy sampled itself under rollout/engine=vllm")
 
-    monkeypatch.setattr("grpo_aug.rollout.engine.generate", refuse)
+    monkeypatch.setattr("grpo_aug.engines.hf.generate", refuse)
 
 
 def test_training_evaluation_and_mode_eval_sample_through_the_engine(tmp_path):

@@ -14,9 +14,9 @@ pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with v
 
 from test_vllm_engine import max_gap  # noqa: E402  (the engine tests' gap: trainer vs sampler log-probs)
 
+from grpo_aug.engines.hf import HFEngine  # noqa: E402
+from grpo_aug.engines.vllm_server import VLLMServerEngine  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
-from grpo_aug.rollout.engine import HFEngine  # noqa: E402
-from grpo_aug.rollout.server import VLLMServerEngine  # noqa: E402
 from helpers import ON_GPU, compose_cfg, free_port, read_scalars, run_train  # noqa: E402
 
 TOL = 1e-4  # as tests/with_vllm/test_vllm_engine.py: float32 rounding between the two kernels

@@ -16,9 +16,9 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.data.records import BUCKETS, Prompt
+from grpo_aug.engines.knobs import Knobs
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards import AnswerFormat, MathReward
-from grpo_aug.rollout.knobs import Knobs
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import torch
 
+from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.lean.logprobs import token_logprobs
-from grpo_aug.rollout.engine import rollout_from_ids
 
 
 @torch.no_grad()

@@ -19,19 +19,19 @@ from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines import Engine, Rollout
+from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
-from grpo_aug.rollout.engine import HFEngine, VLLMEngine
 from grpo_aug.rollout.filter import informative_groups
 from grpo_aug.rollout.guide import ReferencePrefix
 from grpo_aug.rollout.merge import concat_rollouts, select_rows, spread_rows
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.rollout.stream import RolloutStream
-from grpo_aug.rollout.turns import MultiTurnEngine
-from grpo_aug.rollout.types import Rollout
 from grpo_aug.tools.protocol import NoTools
 
 PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
@@ -106,7 +106,7 @@ class GroupRollout:
     The adaptive temperature controller moves the ladder through `set_temperatures`."""
 
     def __init__(self, settings: RolloutSettings | None = None, reward: RewardSet | None = None,
-                 engine: HFEngine | VLLMEngine | None = None,
+                 engine: Engine | None = None,
                  reflect: Reflection | ReferencePrefix | NoReflection | None = None,
                  overlong_buffer: int = 0, overlong_penalty: float = 1.0, prompt_format=None,
                  prompt_pool: PromptPool | None = None, seed: int = 0, tools=None) -> None:

@@ -32,10 +32,9 @@ import torch
 
 from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.types import Rollout, rollout_from_ids
 from grpo_aug.errors import UsageError
-from grpo_aug.rollout.engine import rollout_from_ids
 from grpo_aug.rollout.merge import replace_rows
-from grpo_aug.rollout.types import Rollout
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from grpo_aug.rollout.types import Rollout
+from grpo_aug.engines.types import Rollout
 
 
 def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:

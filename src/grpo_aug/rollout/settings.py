@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.knobs import Knobs
 from grpo_aug.errors import UsageError
 from grpo_aug.rollout.budget import UniformBudget
 from grpo_aug.rollout.dedup import NoDedup
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.knobs import Knobs
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class RolloutSettings:
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
     oversample: int = 1  # roll out oversample x group_size rows per prompt, keep the max-variance group_size
-    top_k: int = 0  # rollout/knobs.py: 0, 0.0, 1.0 and () are off
+    top_k: int = 0  # engines/knobs.py: 0, 0.0, 1.0 and () are off
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     stop: Sequence[str] = ()

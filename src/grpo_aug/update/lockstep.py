@@ -18,7 +18,7 @@ update follows one rule, here, where it scores rows (`Scorer.logprobs`, `PolicyU
      (`lean.logprobs`).
 
 Generation follows the same rule at its own depth: decode steps, refill rounds and held-out
-batches are voted over ranks (`rollout/sampling.py`, `rollout/groups.py`, `prompts/datamodule.py`).
+batches are voted over ranks (`engines/sampling.py`, `rollout/groups.py`, `prompts/datamodule.py`).
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.algo.group_stats import counted_mean
+from grpo_aug.engines.types import Rollout
 from grpo_aug.report import StepReport, text_samples
 from grpo_aug.rollout.groups import SampledGroups
 from grpo_aug.rollout.junk import junk_count
-from grpo_aug.rollout.types import Rollout
 
 
 class PreparedStep(NamedTuple):

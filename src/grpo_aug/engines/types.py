@@ -1,7 +1,8 @@
-"""What a rollout hands to the loss: token ids, masks and per-row temperatures."""
+"""What an engine returns and a rollout hands to the loss: token ids, masks and per-row temperatures."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -21,7 +22,7 @@ class Rollout(NamedTuple):
     # [N, T] bool completion tokens the rollout wrote, not the policy (a reference prefix,
     # rollout/guide.py): later tokens are scored after them, they carry no loss. None: none
     given: torch.Tensor | None = None
-    # multi-turn rollouts (rollout/turns.py); None without tools
+    # multi-turn rollouts (engines/turns.py); None without tools
     tool_calls: torch.Tensor | None = None  # [N] tool calls the row made
     tool_failures: torch.Tensor | None = None  # [N] of them, calls that raised, timed out or were refused
     segments: list[list[tuple[str, str]]] | None = None  # per row, (role, text): policy | tool | environment
@@ -31,3 +32,27 @@ class Rollout(NamedTuple):
     def written(self) -> torch.Tensor:
         """[N, T] the completion tokens the policy wrote (the completion without `given`)."""
         return self.completion_mask if self.given is None else self.completion_mask.masked_fill(self.given, 0)
+
+
+def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                     logprobs: Sequence[Sequence[float]] | None, temperatures: torch.Tensor, texts: list[str],
+                     finished: Sequence[bool], pad_id: int, device: torch.device | str = "cpu") -> Rollout:
+    """A Rollout from per-row token id lists: prompts left-padded to the longest, completions
+    right-padded; a completion counts up to and including its EOS."""
+    n, P = len(prompts), max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in completions))
+    ids = torch.full((n, P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, P + T, dtype=torch.long)
+    lp = torch.zeros(n, T)
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attn[i, P - len(p) : P] = 1
+        if c:
+            ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, P : P + len(c)] = 1
+            if logprobs is not None:
+                lp[i, : len(c)] = torch.tensor(logprobs[i], dtype=torch.float32)
+    return Rollout(input_ids=ids.to(device), attention_mask=attn.to(device), completion_mask=attn[:, P:].to(device),
+                   temperatures=temperatures.to(device), prompt_len=P, texts=texts,
+                   truncated=~torch.tensor(list(finished), dtype=torch.bool, device=device),
+                   sample_logprobs=None if logprobs is None else lp.to(device))

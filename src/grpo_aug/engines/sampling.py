@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 
+from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
+from grpo_aug.engines.types import Rollout
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
-from grpo_aug.rollout.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
-from grpo_aug.rollout.types import Rollout
 
 
 def sample_next_token(
@@ -25,7 +25,7 @@ def sample_next_token(
 ) -> torch.Tensor:
     """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N].
 
-    After the temperature, min-p and top-k drop tokens (rollout/knobs.py); then nucleus sampling
+    After the temperature, min-p and top-k drop tokens (engines/knobs.py); then nucleus sampling
     per row keeps the smallest prefix of the sorted distribution whose mass reaches top_p (the
     most likely token always survives).
     """
@@ -77,7 +77,7 @@ def generate(
     """Sample one completion per prompt (a string, or token ids: a multi-turn transcript so far);
     rows may repeat a prompt (that is a group).
 
-    knobs: top-k, min-p, repetition penalty and stop strings (rollout/knobs.py); None: none.
+    knobs: top-k, min-p, repetition penalty and stop strings (engines/knobs.py); None: none.
     lean=False forces the HF forward for every token (the reference path the tests compare to).
     all_done: under sharded weights every forward is a collective, so every rank must run the same
     number of decode steps: given this rank's all-finished flag it returns whether every rank's rows

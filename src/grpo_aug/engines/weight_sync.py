@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from grpo_aug.errors import UsageError
-from grpo_aug.rollout.engine import policy_weights
+from grpo_aug.engines.weights import policy_weights
+from grpo_aug.errors import ServerError, UsageError
 
 
 class FileSync:
@@ -66,8 +66,6 @@ class NCCLSync:
 
     def push(self, server, policy: torch.nn.Module, step: int, sender: bool) -> None:
         if not torch.cuda.is_available():
-            from grpo_aug.rollout.server import ServerError
-
             raise ServerError("rollout/engine/weight_sync=nccl needs CUDA (NCCL between the trainer's GPU and the "
                               "server's); on a CPU use rollout/engine/weight_sync=file")
         if hasattr(policy, "get_base_model"):

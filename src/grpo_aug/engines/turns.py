@@ -30,9 +30,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grpo_aug.rollout.engine import rollout_from_ids
-from grpo_aug.rollout.knobs import Knobs, cut_at_stop
-from grpo_aug.rollout.types import Rollout
+from grpo_aug.engines.knobs import Knobs, cut_at_stop
+from grpo_aug.engines.types import Rollout, rollout_from_ids
 
 
 @dataclasses.dataclass
