@@ -21,9 +21,9 @@ import time
 import torch
 
 from grpo_aug.data.synthetic import SyntheticArithmetic
+from grpo_aug.engines.sampling import generate
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.models.tiny import build_tiny_model
-from grpo_aug.rollout import generate
 
 LADDER = (0.7, 1.0, 1.2, 1.5)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -322,6 +323,47 @@ class FlatOnRank1:
         if dist.is_initialized() and dist.get_rank() == 1:
             return 0.0
         return float(len(completion) % 2 == 0)
+
+
+class NonFiniteOnRank(L.Callback):
+    """On rank `rank`, the update of optimizer step `step` gets a NaN loss in every chunk (the
+    other rank's stays finite); every rank logs a hash of its own weights (its shard under FSDP2)
+    after each step to <dir>/weights-<rank>.json."""
+
+    def __init__(self, step: int, rank: int, dir: str) -> None:
+        self.step, self.rank, self.dir = step, rank, Path(dir)
+        self.hashes: list[str] = []
+        self.undo = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            import grpo_aug.update.policy_update as update_lib
+
+            original = update_lib.chunk_loss_lib.chunk_loss
+
+            def poisoned(*args, **kwargs):
+                loss, stats = original(*args, **kwargs)
+                return loss * float("nan"), stats
+
+            update_lib.chunk_loss_lib.chunk_loss = poisoned
+            self.undo = lambda: setattr(update_lib.chunk_loss_lib, "chunk_loss", original)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import hashlib
+
+        from torch.distributed.tensor import DTensor
+
+        if self.undo is not None:
+            self.undo()
+            self.undo = None
+        digest = hashlib.sha256()
+        for name, tensor in sorted(pl_module.policy.state_dict().items()):
+            local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+            digest.update(name.encode())
+            digest.update(local.detach().float().cpu().contiguous().numpy().tobytes())
+        self.hashes.append(digest.hexdigest())
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / f"weights-{trainer.global_rank}.json").write_text(json.dumps(self.hashes))
 
 
 class KillRankAt(L.Callback):

@@ -143,7 +143,60 @@ def test_fsdp2_and_ddp_with_a_rank_that_never_has_an_informative_group_finish(st
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     scalars = read_scalars(tmp_path / "run")
     assert [s for s, _ in scalars["eval/accuracy/easy"]][-1] == 6
-    assert any(v < 1.0 for _, v in scalars["health/zero_std_frac"])  # rank 0 had groups to train on
+    # one group per rank per step, rank 1's always flat: the two ranks' share is 0.5 (rank 0's
+    # informative) or 1.0 at every step, never 0; and rank 1's four rows add nothing to the reward
+    flat = scalars["health/zero_std_frac"]
+    assert [s for s, _ in flat] == [1, 2, 3, 4, 5, 6] and {v for _, v in flat} <= {0.5, 1.0}
+    assert any(v == 0.5 for _, v in flat)  # rank 0 had groups to train on
+    assert all(v <= 0.5 for _, v in scalars["health/reward_mean"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_an_engine_that_raises_on_one_rank_mid_generation_stops_both_and_resume_continues(strategy, tmp_path):
+    """Rank 1's engine raises inside its decode loop at step 5 while rank 0 decodes on (under
+    FSDP2 rank 0's forwards wait on rank 1's all-gathers): both processes end within the bound,
+    rank 0 names rank 1 and the step, and resume=auto with a working engine finishes the run."""
+    crash = ["rollout.engine._target_=tool_fixtures.RaisesMidGeneration", "+rollout.engine.rank=1",
+             "+rollout.engine.step=5", "+rollout.engine.after=3"]
+    start = time.time()
+    out = run_train(tmp_path, [*RUN, *STRATEGIES[strategy], *crash], timeout=600)
+    elapsed = time.time() - start
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "the engine crashed at its decode forward 3" in text, text[-3000:]
+    beats = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (tmp_path / "run" / "ranks").glob("*.json")}
+    assert beats[1]["step"] == 5 and all(process_state(b["pid"]) == "dead" for b in beats.values())
+    message = next((line for line in text.splitlines() if line.startswith("rank 0: a collective failed")), None)
+    assert message is not None, text[-3000:]
+    assert f"rank 1 (pid {beats[1]['pid']}) died, last seen at step 5" in message and "resume=auto" in message
+    assert elapsed < 60 + BOUND_S, elapsed
+    resumed = run_train(tmp_path, [*RUN, *STRATEGIES[strategy], "resume=auto"], timeout=600)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert "resume=auto: continuing from" in resumed.stdout + resumed.stderr
+    assert [s for s, _ in read_scalars(tmp_path / "run")["eval/accuracy/easy"]][-1] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_non_finite_loss_on_one_rank_skips_the_update_on_both(strategy, tmp_path):
+    """Rank 1's loss is NaN in the update of step 3, rank 0's is finite: neither rank's weights
+    move in that update (bit for bit), both move in every other, the two DDP replicas stay equal,
+    and the skip is counted once."""
+    poison = ["+callbacks.poison._target_=helpers.NonFiniteOnRank", "+callbacks.poison.step=3",
+              "+callbacks.poison.rank=1", f"+callbacks.poison.dir={tmp_path / 'weights'}"]
+    out = run_train(tmp_path, ["debug=fast", *TINY, "reward=similarity", "trainer.max_steps=6",
+                               "trainer.strategy.timeout.seconds=30", *STRATEGIES[strategy], *poison], timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    hashes = [json.loads((tmp_path / "weights" / f"weights-{r}.json").read_text()) for r in (0, 1)]
+    for mine in hashes:
+        assert len(mine) == 6
+        assert mine[3] == mine[2]  # after update 4 (step 3) as after update 3
+        assert all(mine[i] != mine[i - 1] for i in (1, 2, 4, 5))
+    if strategy == "ddp":
+        assert hashes[0] == hashes[1]
+    skipped = read_scalars(tmp_path / "run")["train/skipped_nonfinite"]
+    assert [v for _, v in skipped] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    assert "non-finite loss" in out.stdout + out.stderr
 
 
 @pytest.mark.slow

@@ -119,9 +119,46 @@ class Broken(GuessTheAnswer):
         raise KeyError("no such move")
 
 
-
 class Boom(L.Callback):
     """A callback that fails the way a bug does (train.py must keep its traceback)."""
 
     def on_train_start(self, trainer, pl_module) -> None:
         1 / 0  # noqa: B018
+
+
+class EngineCrash(RuntimeError):
+    """What an engine's own failure looks like: no collective backend in its words."""
+
+
+class RaisesMidGeneration(HFEngine):
+    """The hf engine, except that on rank `rank`, in the rollout of optimizer step `step`, the
+    policy's `after`-th forward of the decode raises: the engine fails mid-generation while the
+    other rank goes on decoding (under FSDP2 its forwards wait on this rank's all-gathers)."""
+
+    def __init__(self, rank: int = 1, step: int = 5, after: int = 3) -> None:
+        self.rank, self.step, self.after = rank, step, after
+        self.synced: int | None = None
+
+    def sync(self, policy, step: int) -> None:
+        self.synced = step
+
+    def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
+                 all_done=None, knobs=None, limits=None, records=None):
+        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+        if self.synced != self.step or rank != self.rank or generator is None:  # greedy evaluation: no generator
+            return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
+                                    all_done, knobs, limits)
+        forwards = [0]
+
+        def count(module, args, kwargs):
+            forwards[0] += 1
+            if forwards[0] == self.after:
+                raise EngineCrash(f"the engine crashed at its decode forward {self.after}")
+
+        # the embedding runs in every forward, the lean decode's included
+        handle = policy.get_input_embeddings().register_forward_pre_hook(count, with_kwargs=True)
+        try:
+            return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
+                                    all_done, knobs, limits)
+        finally:
+            handle.remove()

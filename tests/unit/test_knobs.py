@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
+from grpo_aug.engines.sampling import generate, sample_next_token
 from grpo_aug.models.loading import load_policy, load_tokenizer
-from grpo_aug.rollout import generate, sample_next_token
 from grpo_aug.rollout.settings import RolloutSettings
 
 PROMPTS = ["Q: What is 3 + 4?\nA: ", "Q: 12?\nA: ", "Q: What is 47 + 8?\nA: "]

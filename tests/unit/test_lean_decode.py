@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from grpo_aug.engines.sampling import generate
 from grpo_aug.lean.decode import supports
 from grpo_aug.models.tiny import build_char_tokenizer
-from grpo_aug.rollout import generate
 
 PROMPTS = ["Q: What is 4 + 5?\nA: ", "Q: 7?\nA: ", "Q: What is (12 + 3) * 2?\nA: "]
 

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from grpo_aug.engines.sampling import generate, sample_next_token
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
-from grpo_aug.rollout import generate, sample_next_token
 from grpo_aug.rollout.settings import RolloutSettings
 
 PROMPTS = ["Q: What is 3 + 4?\nA: ", "Q: 12?\nA: ", "Q: What is 47 + 8?\nA: "]

@@ -16,7 +16,7 @@ from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.tools.protocol import TextTools
 from grpo_aug.tools.runner import ToolLimits
-from helpers import make_module, prepared
+from helpers import make_module, make_report, prepared
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=40, seed=0).load() if r.bucket == "easy"]
 
@@ -45,8 +45,7 @@ def test_a_failing_tool_is_an_error_in_the_transcript_and_counted(tiny_model_dir
     values = health_values(report)
     assert values["tools/failure_frequency"][0] == 1.0 and values["tools/call_frequency"][0] == 1.0
     assert values["tools/calls_per_row"][0] == 1.0
-    share = (report.tool_tokens.float() / report.row_tokens.float()).mean()
-    assert values["tools/token_share"][0] == pytest.approx(float(share)) and 0 < share < 1
+    assert 0 < values["tools/token_share"][0] < 1  # the answer's tokens, beside the policy's "[1+1]"
     row = report.samples[0]
     assert row["segments"][0] == ("policy", "[1+1]") and row["segments"][1][0] == "tool"
     assert row["segments"][1][1].startswith(message[: min(len(message), 40)])
@@ -74,3 +73,20 @@ def test_the_tool_failures_alert_fires_past_its_share():
     bad = calm[:5] + [StepStats(1, 0.5, 0, 1, 0.01, 1, 1, 0, 1, 1, 0, tool_calls=10, tool_failures=8)] * 5
     assert "50.0% of tool calls failed" in check(bad, t)["tool_failures"]
     assert "tool_failures" not in check([s._replace(tool_calls=0, tool_failures=0) for s in bad], t)
+
+
+def test_tool_metrics_of_mixed_rows_by_hand():
+    """Four rows calling 2, 0, 1 and 3 times, one call failing: every metric differs, so a swapped
+    numerator, a per-call count where a per-row one belongs or an unweighted share shows."""
+    report = make_report([[1.0, 0.0, 1.0, 0.0]], tool_calls=torch.tensor([2, 0, 1, 3]),
+                         tool_failures=torch.tensor([0, 0, 1, 0]), tool_tokens=torch.tensor([6, 0, 2, 9]),
+                         row_tokens=torch.tensor([12, 5, 8, 10]))
+    values = health_values(report)
+    got = {name: (float(v), float(w)) for name, (v, w) in values.items() if name.startswith("tools/")}
+    assert got["tools/call_frequency"] == (0.75, 4.0)  # 3 of 4 rows called, weighed by rows
+    assert got["tools/calls_per_row"] == (1.5, 4.0)  # 6 calls / 4 rows
+    assert got["tools/failure_frequency"][0] == pytest.approx(1 / 6)  # 1 of 6 calls
+    assert got["tools/failure_frequency"][1] == 6.0  # weighed by calls, not rows
+    # per row 6/12, 0/5, 2/8, 9/10, then their mean (not 17 / 35 over the step)
+    assert got["tools/token_share"][0] == pytest.approx((0.5 + 0.0 + 0.25 + 0.9) / 4)
+    assert got["tools/token_share"][1] == 4.0
