@@ -20,10 +20,11 @@ from grpo_aug.callbacks.rank_watch import diagnose, failure_message, is_collecti
 from helpers import ACCELERATOR, TINY, kill_one_rank_resume_and_compare, read_scalars, run_train
 
 
-def _beat(directory, rank, pid, step, age=0.0, host=None):
+def _beat(directory, rank, pid, step, age=0.0, host=None, error=None):
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"rank-{rank}.json").write_text(json.dumps(
-        {"rank": rank, "pid": pid, "host": host or socket.gethostname(), "step": step, "time": time.time() - age}))
+        {"rank": rank, "pid": pid, "host": host or socket.gethostname(), "step": step, "time": time.time() - age,
+         "error": error}))
 
 
 def test_process_state_tells_dead_frozen_and_alive_apart():
@@ -62,6 +63,12 @@ def test_diagnose_names_the_dead_or_frozen_rank_else_the_one_furthest_behind(tmp
     assert ranks == [1]
     assert re.search(r"rank 1 \(pid \d+ on node-b\) stopped responding: its last heartbeat was step 8, 4\d s ago",
                      words)
+
+    d3 = tmp_path / "raised"  # alive still (tearing down), but it left its own error: that is named
+    _beat(d3, 0, os.getpid(), 5)
+    _beat(d3, 1, os.getpid(), 5, error="EngineCrash: the engine crashed")
+    assert diagnose(d3, me=0) == ([1], f"rank 1 (pid {os.getpid()}) failed at step 5 with EngineCrash: the engine "
+                                       "crashed")
 
     assert diagnose(tmp_path / "none", me=0)[0] == []
 
@@ -168,7 +175,8 @@ def test_an_engine_that_raises_on_one_rank_mid_generation_stops_both_and_resume_
     assert beats[1]["step"] == 5 and all(process_state(b["pid"]) == "dead" for b in beats.values())
     message = next((line for line in text.splitlines() if line.startswith("rank 0: a collective failed")), None)
     assert message is not None, text[-3000:]
-    assert f"rank 1 (pid {beats[1]['pid']}) died, last seen at step 5" in message and "resume=auto" in message
+    assert (f"rank 1 (pid {beats[1]['pid']}) failed at step 5 with EngineCrash: the engine crashed at its decode "
+            "forward 3" in message and "resume=auto" in message)
     assert elapsed < 60 + BOUND_S, elapsed
     resumed = run_train(tmp_path, [*RUN, *STRATEGIES[strategy], "resume=auto"], timeout=600)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]

@@ -9,8 +9,9 @@ which checkpoint is intact, and that `resume=auto` continues from it.
 
 `RankWatch` (a callback) does both halves. Each rank leaves a heartbeat file
 (`<run>/ranks/rank-<r>.json`: pid, host, step, time) at every step. A survivor reads its peers'
-files: on its own host it tells a dead process (gone, or a zombie) from a frozen one (state T)
-from one that is alive but silent; a peer on another node is named by its last heartbeat where
+files: a peer that raised an error of its own left it in its file (named first); on its own host
+it tells a dead process (gone, or a zombie) from a frozen one (state T) from one that is alive but
+silent; a peer on another node is named by its last heartbeat where
 the run directory is shared, or not at all.
 
 On one node Lightning's launcher (rank 0) also watches its child ranks and SIGKILLs everything
@@ -90,6 +91,10 @@ def diagnose(directory: Path, me: int, now: float | None = None) -> tuple[list[i
         return [], "no peer heartbeat is visible from this node (the other ranks run elsewhere)"
     found, words = [], []
     for b in beats:
+        if b.get("error"):  # it raised an error of its own (an engine, a reward): the cause, not a symptom
+            found.append(b["rank"])
+            words.append(f"rank {b['rank']} (pid {b['pid']}) failed at step {b['step']} with {b['error']}")
+            continue
         state = process_state(b["pid"]) if b.get("host") == host else "remote"
         if state in ("dead", "frozen"):
             found.append(b["rank"])
@@ -165,7 +170,7 @@ class RankWatch(L.Callback):
         self.run_dir = Path(run_dir)
         self.launcher_watch: LauncherWatch | None = None
 
-    def beat(self, trainer: L.Trainer) -> None:
+    def beat(self, trainer: L.Trainer, error: str | None = None) -> None:
         if trainer.world_size == 1:
             return
         directory = self.run_dir / "ranks"
@@ -173,7 +178,7 @@ class RankWatch(L.Callback):
         path = directory / f"rank-{trainer.global_rank}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"rank": trainer.global_rank, "pid": os.getpid(), "host": socket.gethostname(),
-                                   "step": trainer.global_step, "time": time.time()}))
+                                   "step": trainer.global_step, "time": time.time(), "error": error}))
         tmp.replace(path)  # whole files only: a reader never sees half a beat
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -197,3 +202,6 @@ class RankWatch(L.Callback):
             report(self.run_dir, trainer.global_rank, trainer.global_step, first_line(exception))
             logging.shutdown()
             os._exit(EXIT_RANK_FAILURE)
+        # this rank's own error: the peers, whose next collective fails, name it. Written before
+        # Lightning's teardown closes the process group, so before any peer can notice
+        self.beat(trainer, error=first_line(exception))
