@@ -12,6 +12,7 @@ first arm and reused by the others).
     python benchmarks/start_zoo.py                                   # every start, arms default plain
     python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit
     python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
+    python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out docs/start-zoo.json  # a repeat: GRPO seed 1
 
 Final = mean of the held-out evaluations at steps 100, 150 and 200 (every 50 steps, greedy, 200
 prompts per bucket); start = the step-0 evaluation. Prints one JSON line per run, then the table:
@@ -80,15 +81,21 @@ def diagnose(run_dir: Path) -> dict:
     return out
 
 
+def key(start: str, seed: int) -> str:
+    """A row of the results: the start, and the GRPO seed where it is not 0 (a repeat)."""
+    return start if seed == 0 else f"{start}@seed{seed}"
+
+
 def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: list[str], results: dict,
-              out: Path | None, lock: threading.Lock) -> None:
+              out: Path | None, lock: threading.Lock, seed: int = 0) -> None:
+    row = key(start, seed)
     for arm in arms:
         overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
-        run = run_arm(overrides, 0, workdir / f"{start}-{arm}", [], val_check_interval=50)
-        run["why"] = diagnose(workdir / f"{start}-{arm}")
+        run = run_arm(overrides, seed, workdir / f"{row}-{arm}", [], val_check_interval=50)
+        run["why"] = diagnose(workdir / f"{row}-{arm}")
         with lock:
-            results.setdefault(start, {})[arm] = run
-            print(json.dumps({"start": start, "arm": arm, **run}), flush=True)
+            results.setdefault(row, {})[arm] = run
+            print(json.dumps({"start": row, "arm": arm, **run}), flush=True)
             if out is not None:
                 out.write_text(json.dumps(results, indent=1))
 
@@ -158,6 +165,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON results file, rewritten after every run")
     parser.add_argument("--table", type=Path, default=None, help="print the table of a saved results file and exit")
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
+    parser.add_argument("--seed", type=int, default=0, help="the GRPO runs' seed (not 0: rows <start>@seed<n>)")
     parser.add_argument("--diagnose", type=Path, default=None,
                         help="with --table: fill each run's `why` from <dir>/<start>-<arm> (kept run directories)")
     args = parser.parse_args()
@@ -172,7 +180,7 @@ def main() -> None:
         print(table(results))
         return
     results: dict = json.loads(args.out.read_text()) if args.out is not None and args.out.is_file() else {}
-    todo = [s for s in args.starts if any(a not in results.get(s, {}) for a in args.arms)]
+    todo = [s for s in args.starts if any(a not in results.get(key(s, args.seed), {}) for a in args.arms)]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # each train.py child reads it
     lock = threading.Lock()
@@ -186,8 +194,9 @@ def main() -> None:
                     if not queue:
                         return
                     start = queue.pop(0)
-                arms = [a for a in args.arms if a not in results.get(start, {})]
-                run_start(start, arms, args.cache.resolve(), Path(tmp), args.extra, results, args.out, lock)
+                arms = [a for a in args.arms if a not in results.get(key(start, args.seed), {})]
+                run_start(start, arms, args.cache.resolve(), Path(tmp), args.extra, results, args.out, lock,
+                          args.seed)
 
         pool = [threading.Thread(target=worker) for _ in range(args.jobs)]
         for t in pool:
@@ -195,7 +204,7 @@ def main() -> None:
         for t in pool:
             t.join()
     print(f"{time.time() - began:.0f} s in all, {args.jobs} job(s) of {threads} thread(s)")
-    print(table({s: results[s] for s in STARTS if s in results}))
+    print(table(results))
 
 
 if __name__ == "__main__":
