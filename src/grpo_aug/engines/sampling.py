@@ -2,7 +2,8 @@
 
 HF `generate` takes one temperature per call; a group wants one per row, so we sample
 ourselves. The loop stops as soon as every row has emitted EOS. For Llama-family models the
-per-token forward is `LeanDecoder.step` (preallocated KV buffers, no per-token mask building);
+per-token forward is `LeanDecoder.step` (preallocated KV buffers, no per-token mask building), or
+with static=True `StaticDecoder.step` (fixed shapes, one captured CUDA graph per rollout on a GPU);
 other models go through their HF forward with a DynamicCache.
 """
 
@@ -17,6 +18,7 @@ from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_re
 from grpo_aug.engines.types import Rollout
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
+from grpo_aug.lean.static_decode import StaticDecoder
 
 
 def sample_next_token(
@@ -73,6 +75,7 @@ def generate(
     all_done: Callable[[bool], bool] | None = None,
     knobs: Knobs | None = None,
     limits: torch.Tensor | None = None,
+    static: bool = False,
 ) -> Rollout:
     """Sample one completion per prompt (a string, or token ids: a multi-turn transcript so far);
     rows may repeat a prompt (that is a group).
@@ -84,6 +87,9 @@ def generate(
     have finished (a reduced flag); a rank whose rows all ended keeps one row in the batch meanwhile.
     limits: [N] tokens each row may write (<= max_new_tokens); a row that reaches its limit stops
     without EOS (truncated). max_new_tokens stays the loop's bound, the same on every rank.
+    static: the lean step at fixed shapes (lean/static_decode.py), replayed as a captured CUDA graph
+    on a GPU; the same tokens from the same stream as without. Where the lean step does not apply
+    (other models, sharded weights) the HF forward runs as without.
     """
     device = next(model.parameters()).device
     # a group repeats its prompt G times: encode each distinct prompt once, prefill it once
@@ -115,7 +121,10 @@ def generate(
     decoder = None
     if lean and supports(model) and not sharded(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
-        decoder = LeanDecoder(model, cache, prompt_mask, new_positions, max_new_tokens)
+        decoder = (StaticDecoder if static else LeanDecoder)(model, cache, prompt_mask, new_positions,
+                                                             max_new_tokens)
+        if static and device.type == "cuda":
+            decoder.capture()
     finished = torch.zeros(n, dtype=torch.bool, device=device)  # EOS or a stop string
     halted = torch.zeros(n, dtype=torch.bool, device=device)  # finished, or at its own limit
     limits = None if limits is None else limits.to(device)
@@ -170,7 +179,7 @@ def generate(
                 cache.batch_select_indices(keep)
                 attn, position = attn[keep], position[keep]
         if decoder is not None:
-            logits = decoder.step(token)
+            logits = decoder.step(token, active)
             continue
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=attn[:, : p + step + 1], position_ids=position,
