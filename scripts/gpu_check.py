@@ -22,6 +22,10 @@ Checks (GRPO_TEST_ACCELERATOR=gpu switches the tests to CUDA, NCCL and vLLM's CU
     ahead-speed       benchmarks/ahead.py: s/step and tokens/s, generation in step against ahead
                       (rollout.ahead=1), hf engine, vLLM colocated and a vLLM server where vLLM is
                       installed; fails when a run fails or ahead's rows are not one version old
+    captured-decode   tests/unit/test_static_decode.py on CUDA: the captured decode step writes the
+                      eager step's tokens (per-row temperatures, knobs, limits, stop strings)
+    decode-speed      benchmarks/captured_decode.py at 270M and 820M, bf16-mixed, 128 rows x 128
+                      tokens: rollout tokens/s eager and captured; fails when their tokens differ
     default-50        the default config for 50 GRPO steps: easy accuracy gains >= 0.15 over the
                       step-0 evaluation; prints rollout and update tokens/s and peak GPU memory
     deepspeed         where deepspeed is installed: trainer=deepspeed (ZeRO-3) trains 4 steps
@@ -82,6 +86,10 @@ def checks(accelerator: str, work: Path) -> list[tuple[str, str | None, list[str
         ("vllm-server", vllm, pytest("tests/with_vllm/test_vllm_server.py", "-m", "vllm and not slow"), 200),
         ("ahead-speed", None, [sys.executable, str(ROOT / "benchmarks" / "ahead.py"), "--accelerator", accelerator,
                                "--steps", "10"], 240),
+        ("captured-decode", None, pytest("tests/unit/test_static_decode.py"), 120),
+        ("decode-speed", None if on_gpu else "the captured graph needs CUDA",
+         ["bash", "-c", " && ".join(f"{sys.executable} {ROOT / 'benchmarks' / 'captured_decode.py'} --shape {shape}"
+                                    for shape in ("270m", "820m"))], 240),
         ("default-50", None, default_run(accelerator, work / "default"), 420),
         ("deepspeed", None if has("deepspeed") else "deepspeed is not installed (pip install deepspeed)",
          [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={work / 'deepspeed'}", "debug=fast", *TINY,

@@ -95,3 +95,20 @@ def test_vllm_engine_requests_per_row_sampling_and_builds_the_rollout(tiny_model
     assert ro.texts == ["c0", "c1"] and ro.truncated.tolist() == [False, True]
     assert ro.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
     assert ro.sample_logprobs.tolist() == [[-0.25, -0.5, 0.0], [-0.25, -0.5, -0.75]]
+
+
+def test_the_hf_engine_captures_its_decode_only_where_asked_and_on_cuda(monkeypatch):
+    import types
+
+    import grpo_aug.engines.hf as hf
+
+    asked = []
+    monkeypatch.setattr(hf, "generate", lambda *a, **kw: asked.append(kw["static"]))
+
+    def policy(cuda: bool):
+        return types.SimpleNamespace(parameters=lambda: iter([types.SimpleNamespace(is_cuda=cuda)]))
+
+    for engine, cuda in [(HFEngine(), True), (HFEngine(captured_decode=True), False),
+                         (HFEngine(captured_decode=True), True)]:
+        engine.generate(policy(cuda), None, ["x"], torch.ones(1), 1.0, 4)
+    assert asked == [False, False, True]

@@ -5,7 +5,8 @@ capture itself needs CUDA: scripts/gpu_check.py.)"""
 
 import pytest
 import torch
-from test_lean_decode import PROMPTS, _model
+from test_lean_decode import PROMPTS
+from test_lean_decode import _model as _cpu_model
 
 from grpo_aug.engines.knobs import Knobs
 from grpo_aug.engines.sampling import generate
@@ -13,14 +14,20 @@ from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder
 from grpo_aug.lean.static_decode import StaticDecoder
 from grpo_aug.models.tiny import build_char_tokenizer
+from helpers import DEVICE
 
 ROWS = [p for p in PROMPTS for _ in range(4)]  # 12 rows, groups of 4
 
 
+def _model(kind, tok):
+    """On CUDA (GRPO_TEST_ACCELERATOR=gpu, scripts/gpu_check.py) generate(static=True) replays a
+    captured graph: the comparison is then captured against eager."""
+    return _cpu_model(kind, tok).to(DEVICE)
+
+
 def _pair(model, tok, temps, top_p, n, knobs=None, limits=None, seed=5):
-    runs = [generate(model, tok, ROWS, temps, top_p, n, generator=torch.Generator().manual_seed(seed), knobs=knobs,
-                     limits=limits, static=static) for static in (False, True)]
-    return runs
+    return [generate(model, tok, ROWS, temps, top_p, n, generator=torch.Generator(DEVICE).manual_seed(seed),
+                     knobs=knobs, limits=limits, static=static) for static in (False, True)]
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama_gqa", "qwen2"])
@@ -54,7 +61,7 @@ def test_the_static_step_logits_equal_the_eager_step_while_rows_drop_out():
     from transformers import DynamicCache
 
     tok = build_char_tokenizer()
-    model = _model("qwen2", tok)
+    model = _cpu_model("qwen2", tok)  # the eager step by step, on the CPU
     enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     pos = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
     decoders = []

@@ -54,8 +54,9 @@ class StaticDecoder(LeanDecoder):
         for i, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
             qkv = proj.qkv(rms_norm(x, layer.input_layernorm)).view(n, -1, d)  # [N, Hq+2KV, D]
             qk = self._rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # [N, Hq+KV, D]
-            self.keys[i].index_copy_(2, where, qk[:, self.heads :, None])  # [N, KV, P+T, D]
-            self.values[i].index_copy_(2, where, qkv[:, self.heads + self.kv_heads :, None])
+            # cast as the eager step's slice assignment does (under autocast q/k/v come out bf16)
+            self.keys[i].index_copy_(2, where, qk[:, self.heads :, None].to(self.keys[i].dtype))  # [N, KV, P+T, D]
+            self.values[i].index_copy_(2, where, qkv[:, self.heads + self.kv_heads :, None].to(self.values[i].dtype))
             q = qk[:, : self.heads].view(n, self.kv_heads, -1, d)  # [N, KV, groups, D]
             scores = q @ self.keys[i].transpose(-1, -2) + bias  # [N, KV, groups, P+T]
             out = torch.softmax(scores, dim=-1) @ self.values[i]  # [N, KV, groups, D]
