@@ -66,15 +66,19 @@ class StaticDecoder(LeanDecoder):
 
     def capture(self) -> None:
         """Record the step as a CUDA graph (CUDA only). The warm-up runs write position P's keys
-        and values, which the first real step writes again."""
+        and values, which the first real step writes again. Under autocast (bf16-mixed) the casts
+        are recorded too: autocast's weight cache must be off while capturing (torch's CUDA graph
+        notes), so the graph never reads a cached cast that the context frees."""
+        autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"),
+                                  enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream), autocast:
             for _ in range(2):  # kernels pick their algorithms and allocate outside the capture
                 self._step()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph), autocast:
             self.logits = self._step()
 
     @torch.no_grad()
