@@ -42,12 +42,17 @@ CHARS = list("0123456789+=- ")  # with <pad> <s> </s> <unk> and "\n": 19 tokens
 PROMPTS, GROUP, LR = 8, 8, 1e-6
 
 
-def build_model(workload: str, out: Path) -> Path:
+def build_model(workload: str, out: Path, dims: dict | None = None) -> Path:
+    """A random-init Llama of the workload's shape (or `dims`: the same keys, plus optional
+    `kv_heads`, `tied` and `vocab`, a vocabulary padded with filler tokens to that size) and its
+    character tokenizer."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    w = WORKLOADS[workload]
-    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>", "\n"] + CHARS)}
+    w = dims or WORKLOADS[workload]
+    tokens = ["<pad>", "<s>", "</s>", "<unk>", "\n"] + CHARS
+    tokens += [f"<x{i}>" for i in range(w.get("vocab", 0) - len(tokens))]  # a real model's vocabulary size
+    vocab = {t: i for i, t in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
@@ -55,7 +60,8 @@ def build_model(workload: str, out: Path) -> Path:
                                   unk_token="<unk>")
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
                          num_hidden_layers=w["layers"], num_attention_heads=w["heads"],
-                         num_key_value_heads=w["heads"], max_position_embeddings=256, tie_word_embeddings=True,
+                         num_key_value_heads=w.get("kv_heads", w["heads"]), max_position_embeddings=256,
+                         tie_word_embeddings=w.get("tied", True),
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(out)
@@ -76,7 +82,10 @@ def digit_share(completion: str) -> float:
 
 # -- grpo-aug ------------------------------------------------------------------------------
 def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04, lora: bool = False,
-                 micro_batch_rows: int | None = None) -> dict:
+                 micro_batch_rows: int | None = None, dims: dict | None = None, accelerator: str = "cpu",
+                 precision: str = "32-true", captured: bool = False) -> dict:
+    """dims: another shape than the workload's (benchmarks/gpu_step.py); captured: the hf engine's
+    captured CUDA-graph decode (rollout.engine.captured_decode)."""
     import functools
 
     import lightning as L
@@ -87,6 +96,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from grpo_aug.algo.settings import AlgoSettings
     from grpo_aug.callbacks import SampleHealth
     from grpo_aug.data.records import Prompt
+    from grpo_aug.engines.hf import HFEngine
     from grpo_aug.models.lora import Lora, NoLora
     from grpo_aug.models.module import GRPOModule
     from grpo_aug.models.optimization import Optimization
@@ -104,12 +114,13 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
         def __call__(self, prompt, completion):
             return digit_share(completion)
 
-    w = WORKLOADS[workload]
+    w = dims or WORKLOADS[workload]
     module = GRPOModule(
         policy=PolicyModels(str(model_dir), lora=Lora(r=16, alpha=32) if lora else NoLora()),
         feed=PromptFeed(),
         rollout=GroupRollout(RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0,
-                                             max_new_tokens=w["new_tokens"]), RewardSet([RewardFunction(Digits())])),
+                                             max_new_tokens=w["new_tokens"]), RewardSet([RewardFunction(Digits())]),
+                             engine=HFEngine(captured_decode=captured)),
         # beta 0: no reference model; micro_batch_rows: forwards and backwards of that many rows
         update=PolicyUpdate(AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta),
                                          micro_batch_rows=micro_batch_rows)),
@@ -162,7 +173,8 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     clock = Clock()
     batches = [[Prompt(f"p{i}-{s}", q, q, a, f"<<{q[:-1]}={a}>>{a}\n#### {a}", "easy")
                 for i, (q, a) in enumerate(prompts(PROMPTS, s))] for s in range(steps)]
-    trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(accelerator=accelerator, devices=1, precision=precision, max_steps=steps, logger=False,
+                        enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[clock, SampleHealth(every_n_steps=1), After()])
     trainer.fit(module, datamodule=FixedBatches(batches))
@@ -174,20 +186,24 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
 
 
 # -- TRL -------------------------------------------------------------------------------------
-def run_trl(model_dir: Path, workload: str, steps: int) -> dict:
+def run_trl(model_dir: Path, workload: str, steps: int, dims: dict | None = None, gpu: bool = False) -> dict:
+    """dims: another shape than the workload's; gpu: on the GPU in bf16 (benchmarks/gpu_step.py)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    w = WORKLOADS[workload]
-    step_times = []
+    w = dims or WORKLOADS[workload]
+    step_times, generate_times = [], []
+    generating = [0.0]
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            generating[0] = 0.0
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             step_times.append(time.perf_counter() - self.start)
+            generate_times.append(generating[0])
 
     def reward(completions, **kwargs):
         return [digit_share(c) for c in completions]
@@ -197,16 +213,26 @@ def run_trl(model_dir: Path, workload: str, steps: int) -> dict:
         args = GRPOConfig(
             output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
             max_completion_length=w["new_tokens"], beta=0.04, num_iterations=1, steps_per_generation=1,
-            learning_rate=LR, max_steps=steps, use_cpu=True, bf16=False, gradient_checkpointing=False,
+            learning_rate=LR, max_steps=steps, use_cpu=not gpu, bf16=gpu, gradient_checkpointing=False,
             temperature=1.0, top_p=1.0, report_to=[], logging_steps=1, save_strategy="no", shuffle_dataset=False,
             max_grad_norm=1.0, seed=0,
         )
         trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[reward],
                               args=args, train_dataset=Dataset.from_list(rows),
                               processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[Clock()])
+        plain_generate = trainer.model.generate
+
+        def timed_generate(*args, **kwargs):  # transformers' generate, which TRL calls without vLLM
+            start = time.perf_counter()
+            try:
+                return plain_generate(*args, **kwargs)
+            finally:
+                generating[0] += time.perf_counter() - start
+
+        trainer.model.generate = timed_generate
         trainer.train()
         lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
-    return {"step_seconds": step_times, "completion_length": lengths}
+    return {"step_seconds": step_times, "generate_seconds": generate_times, "completion_length": lengths}
 
 
 # -- FLOPs -------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ Checks (GRPO_TEST_ACCELERATOR=gpu switches the tests to CUDA, NCCL and vLLM's CU
                       eager step's tokens (per-row temperatures, knobs, limits, stop strings)
     decode-speed      benchmarks/captured_decode.py at 270M and 820M, bf16-mixed, 128 rows x 128
                       tokens: rollout tokens/s eager and captured; fails when their tokens differ
+    gpu-step          where TRL is installed: benchmarks/gpu_step.py, grpo-aug (eager and captured
+                      decode) against TRL's GRPOTrainer at 270M and Qwen2.5-0.5B's shape, bf16
     default-50        the default config for 50 GRPO steps: easy accuracy gains >= 0.15 over the
                       step-0 evaluation; prints rollout and update tokens/s and peak GPU memory
     deepspeed         where deepspeed is installed: trainer=deepspeed (ZeRO-3) trains 4 steps
@@ -90,6 +92,9 @@ def checks(accelerator: str, work: Path) -> list[tuple[str, str | None, list[str
         ("decode-speed", None if on_gpu else "the captured graph needs CUDA",
          ["bash", "-c", " && ".join(f"{sys.executable} {ROOT / 'benchmarks' / 'captured_decode.py'} --shape {shape}"
                                     for shape in ("270m", "820m"))], 240),
+        ("gpu-step", None if has("trl") else "TRL is not installed (pip install -e '.[bench]'; docs/scaling.md)",
+         [sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--device", "cuda" if on_gpu else "cpu",
+          *([] if on_gpu else ["--shapes", "tiny", "--steps", "3", "--warmup", "1"])], 300),
         ("default-50", None, default_run(accelerator, work / "default"), 420),
         ("deepspeed", None if has("deepspeed") else "deepspeed is not installed (pip install deepspeed)",
          [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={work / 'deepspeed'}", "debug=fast", *TINY,
