@@ -12,7 +12,14 @@ first arm and reused by the others).
     python benchmarks/start_zoo.py                                   # every start, arms default plain
     python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit
     python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
-    python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out docs/start-zoo.json  # a repeat: GRPO seed 1
+    python benchmarks/start_zoo.py --starts wseed3_800 --extra module.rollout.seed=1 --out rs1.json  # a repeat
+    python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out seed1.json  # the run's seed 1: see below
+
+A repeat of a start changes only the rollout's random stream (`module.rollout.seed`): the same
+start, prompts and batch order, other sampling draws (seeded runs are otherwise bit-identical).
+`--seed` changes the run's seed, which also draws another synthetic task sample (pool, held-out
+split) and another tiny base model before the warm-up: another start, on another sample (rows
+`<start>@seed<n>`).
 
 Final = mean of the held-out evaluations at steps 100, 150 and 200 (every 50 steps, greedy, 200
 prompts per bucket); start = the step-0 evaluation. Prints one JSON line per run, then the table:
@@ -165,7 +172,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON results file, rewritten after every run")
     parser.add_argument("--table", type=Path, default=None, help="print the table of a saved results file and exit")
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
-    parser.add_argument("--seed", type=int, default=0, help="the GRPO runs' seed (not 0: rows <start>@seed<n>)")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (data sample, base model, streams; not 0: "
+                        "rows <start>@seed<n>)")
     parser.add_argument("--diagnose", type=Path, default=None,
                         help="with --table: fill each run's `why` from <dir>/<start>-<arm> (kept run directories)")
     args = parser.parse_args()
