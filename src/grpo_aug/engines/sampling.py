@@ -179,7 +179,7 @@ def generate(
                 cache.batch_select_indices(keep)
                 attn, position = attn[keep], position[keep]
         if decoder is not None:
-            logits = decoder.step(token, active)
+            logits = decoder.step(token)
             continue
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=attn[:, : p + step + 1], position_ids=position,

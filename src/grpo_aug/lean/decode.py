@@ -153,9 +153,8 @@ class LeanDecoder:
         return torch.addcmul(x * cos, x.index_select(-1, self.swap), signed_sin)
 
     @torch.no_grad()
-    def step(self, token: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed token [N] at the next position; logits [N, V] for the one after it. (active: the
-        rows' places in the first batch, for StaticDecoder; here `select` has compacted it.)"""
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed token [N] at the next position; logits [N, V] for the one after it."""
         n, at, d = token.shape[0], self.p + self.t, self.head_dim
         cos, sin = self.cos[:, self.t : self.t + 1], self.sin[:, self.t : self.t + 1]  # [N, 1, D]
         bias = self.bias[..., : at + 1]  # [N, 1, 1, at+1]

@@ -38,9 +38,12 @@ class StaticDecoder(LeanDecoder):
         self.tokens = torch.zeros(n, dtype=torch.long, device=device)  # [N] the graph's input
         self.logits: torch.Tensor | None = None  # [N, V] the graph's output
         self.graph = None
+        self.active = torch.arange(n, device=device)  # [A] the rows the loop still decodes, in its order
 
     def select(self, keep: torch.Tensor) -> None:
-        pass  # fixed shapes: rows that ended stay, their logits are not read
+        """Keep only rows `keep` [A'] (indices into the active rows) from now on: at fixed shapes
+        the rows that ended stay in the batch, fed a stand-in, and their logits are not returned."""
+        self.active = self.active[keep]
 
     def _step(self) -> torch.Tensor:
         """One token for every row from self.tokens at position P + t_now: logits [N, V]."""
@@ -82,13 +85,10 @@ class StaticDecoder(LeanDecoder):
             self.logits = self._step()
 
     @torch.no_grad()
-    def step(self, token: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed token [A] of rows `active` [A] (None: all) at the next position; logits [A, V]."""
-        if active is None:
-            self.tokens.copy_(token)
-        else:
-            self.tokens.zero_()
-            self.tokens.index_copy_(0, active, token)
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed token [A] of the active rows at the next position; logits [A, V]."""
+        self.tokens.zero_()
+        self.tokens.index_copy_(0, self.active, token)
         if self.graph is not None:
             self.graph.replay()
             logits = self.logits
@@ -96,4 +96,4 @@ class StaticDecoder(LeanDecoder):
             logits = self._step()
         self.t_now += 1
         self.t += 1
-        return logits if active is None else logits.index_select(0, active)
+        return logits.index_select(0, self.active)
