@@ -18,27 +18,26 @@ import contextlib
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-SHAPES = {  # hidden, layers, heads, intermediate
-    "tiny": (64, 2, 4, 128),
-    "270m": (1024, 16, 16, 4096),
-    "820m": (2048, 16, 16, 5632),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_step import SHAPES  # noqa: E402
 
 
 def build(shape: str, device: str, dtype: torch.dtype):
+    """gpu_step.py's shape (one table for both benchmarks), in memory, with the tiny character tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from grpo_aug.models.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    hidden, layers, heads, inter = SHAPES[shape]
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=inter,
-                         max_position_embeddings=1024, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         bos_token_id=tok.bos_token_id)
+    w = SHAPES[shape]
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=w["hidden"], num_hidden_layers=w["layers"],
+                         num_attention_heads=w["heads"], num_key_value_heads=w.get("kv_heads", w["heads"]),
+                         intermediate_size=w["intermediate"], max_position_embeddings=1024,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id)
     torch.manual_seed(0)
     return LlamaForCausalLM(config).to(device=device, dtype=dtype).eval(), tok
 
@@ -58,7 +57,7 @@ def rollout(model, tok, rows: int, tokens: int, static: bool, precision: str, de
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", choices=list(SHAPES), default="270m")
+    parser.add_argument("--shape", choices=["tiny", "270m", "820m"], default="270m")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=["32", "bf16-mixed", "bf16"], default="bf16-mixed")
     parser.add_argument("--rows", type=int, default=128)

@@ -16,6 +16,7 @@ CUDA-graph decode (`grpo_aug_captured`, rollout.engine.captured_decode; on a CPU
 not capture, so the two grpo-aug arms run the same code there). Shapes:
 
     270m      hidden 1024, 16 layers, 16 heads, intermediate 4096, 19-token vocabulary (issue 50's)
+    820m      hidden 2048, 16 layers, 16 heads, intermediate 5632 (issue 50's larger shape)
     qwen0.5b  Qwen2.5-0.5B's: hidden 896, 24 layers, 14 heads (2 KV), intermediate 4864,
               vocabulary 151,936, tied embeddings
     tiny      trainer_step.py's tiny workload (a smoke run on a CPU)
@@ -42,6 +43,7 @@ SHAPES = {
     "270m": dict(layers=16, hidden=1024, intermediate=4096, heads=16, new_tokens=64),
     "qwen0.5b": dict(layers=24, hidden=896, intermediate=4864, heads=14, kv_heads=2, vocab=151_936, tied=True,
                      new_tokens=64),
+    "820m": dict(layers=16, hidden=2048, intermediate=5632, heads=16, new_tokens=64),  # issue 50's larger shape
     "tiny": dict(trainer_step.WORKLOADS["tiny"]),
 }
 ARMS = ["grpo_aug", "grpo_aug_captured", "trl"]
