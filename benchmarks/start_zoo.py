@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -88,6 +89,17 @@ def diagnose(run_dir: Path) -> dict:
     return out
 
 
+def run_trl(overrides: list[str], out: Path) -> dict:
+    """The `trl` arm: TRL's GRPOTrainer from the same start, evaluated by grpo-aug
+    (benchmarks/trl_learning.py), in its own process as every arm."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_learning.py"), "--out", str(out), "--", *overrides]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
 def key(start: str, seed: int) -> str:
     """A row of the results: the start, and the GRPO seed where it is not 0 (a repeat)."""
     return start if seed == 0 else f"{start}@seed{seed}"
@@ -97,9 +109,13 @@ def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: li
               out: Path | None, lock: threading.Lock, seed: int = 0) -> None:
     row = key(start, seed)
     for arm in arms:
-        overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
-        run = run_arm(overrides, seed, workdir / f"{row}-{arm}", [], val_check_interval=50)
-        run["why"] = diagnose(workdir / f"{row}-{arm}")
+        if arm == "trl":
+            run = run_trl([*STARTS[start], f"paths.cache_dir={cache}", *extra, f"seed={seed}"],
+                          workdir / f"{row}-{arm}.json")
+        else:
+            overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
+            run = run_arm(overrides, seed, workdir / f"{row}-{arm}", [], val_check_interval=50)
+            run["why"] = diagnose(workdir / f"{row}-{arm}")
         with lock:
             results.setdefault(row, {})[arm] = run
             print(json.dumps({"start": row, "arm": arm, **run}), flush=True)
@@ -165,7 +181,8 @@ def why_table(results: dict, arms: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
-    parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=list(ARMS))
+    parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=[*ARMS, "trl"],
+                        help="train.py arms of sample_efficiency.py, and trl (TRL's GRPOTrainer: pip install -e .[bench])")
     parser.add_argument("--cache", type=Path, default=Path("outputs/cache"),
                         help="warm-up cache (default: the project's; earlier builds are reused)")
     parser.add_argument("--jobs", type=int, default=1, help="starts run at once, each with cores/jobs threads")

@@ -1,0 +1,166 @@
+"""TRL's GRPOTrainer trained from a grpo-aug start, judged by grpo-aug's held-out evaluation.
+
+The start zoo's `trl` arm (benchmarks/start_zoo.py): the same composed config as a train.py arm
+gives the task sample, the held-out split, the start (the warm-up, built or read from the cache
+exactly as train.py does) and the reward; TRL 1.16 then trains on it the way a TRL user would:
+
+- the whole training pool, shuffled (no curriculum), 16 prompts x 8 completions per step;
+- one temperature (1.0), top_p = rollout.top_p, rollout.max_new_tokens new tokens;
+- loss_type="grpo" (each row's token mean, then the mean over rows: grpo-aug's algo/loss=row_mean),
+  group-std advantages, clip 0.2, beta = algo.beta.value (k3 KL against the start), one pass;
+- grpo-aug's optimizer and lr schedule (model.optimizer, lr_warmup_steps, lr_final_ratio), handed
+  to TRL as its `optimizers`, and max_grad_norm = algo.max_grad_norm;
+- grpo-aug's reward (`reward` group) on each completion's text;
+- float32 throughout, as model.dtype: TRL 1.16 turns bf16 autocast on by default, on CPU too,
+  and gradient checkpointing off, as grpo-aug's default.
+
+Every `--eval-every` steps (and at step 0) the policy TRL trains is evaluated by grpo-aug's own
+held-out evaluation (greedy, the same prompts, engine and answer format as a train.py run), so
+its curve is comparable with the zoo's other arms. Writes one JSON file in sample_efficiency.py's
+run format (steps, seconds, per-bucket curves and finals, wall_s) with a `why` of TRL's logs.
+
+    python benchmarks/trl_learning.py --out trl.json -- model.warmup.seed=1 paths.cache_dir=$PWD/outputs/cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        # paths read Hydra's runtime, which only a hydra.main run sets: named here instead
+        return hydra_compose("train", overrides=[f"paths.root_dir={ROOT}", "paths.output_dir=.", *overrides])
+
+
+def heldout_accuracy(model, tokenizer, records, accuracy, max_new_tokens: int) -> dict[str, float]:
+    """grpo-aug's evaluation of `model` on the held-out records: greedy, one bucket per batch."""
+    import torch
+
+    from grpo_aug.data.records import BUCKETS
+    from grpo_aug.engines.hf import HFEngine
+
+    engine, was_training = HFEngine(), model.training
+    model.eval()
+    with torch.no_grad():
+        for bucket in BUCKETS:
+            batch = [r for r in records if r.bucket == bucket]
+            if batch:
+                accuracy.evaluate(engine, model, tokenizer, [r.prompt for r in batch], batch, max_new_tokens, 0,
+                                  torch.device("cpu"))
+    model.train(was_training)
+    return accuracy.compute()
+
+
+def run(overrides: list[str], steps: int, eval_every: int) -> dict:
+    from datasets import Dataset
+    from hydra.utils import instantiate
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_aug.data.records import BUCKETS
+    from grpo_aug.models.evaluation import HeldoutAccuracy
+    from grpo_aug.models.optimization import Optimization
+    from grpo_aug.pipeline import check_tools, prepare_model, rollout_settings
+
+    began = time.time()
+    cfg = compose(overrides)
+    model_settings = instantiate(cfg.model)
+    rollout = rollout_settings(cfg.rollout)
+    datamodule = instantiate(cfg.data, schedule=instantiate(cfg.curriculum), total_steps=steps, updates_per_batch=1)
+    datamodule.setup("fit")
+    start = prepare_model(model_settings, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg))
+    reward_set = instantiate(cfg.reward, _convert_="all")
+    accuracy = HeldoutAccuracy(answer=instantiate(cfg.answer, _convert_="all"))
+    records, heldout = datamodule.train_records, datamodule.heldout_records
+    prompt_format = datamodule.prompt_format
+    texts = prompt_format([r.prompt for r in records], [r.context for r in records])
+
+    def reward(prompts, completions, idx, **kwargs) -> list[float]:
+        scores = reward_set.score([records[i] for i in idx], [[c] for c in completions])
+        return scores.total[:, 0].tolist()
+
+    model = AutoModelForCausalLM.from_pretrained(start)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    optimization = Optimization(model_settings.optimizer, model_settings.lr_warmup_steps,
+                                model_settings.lr_final_ratio)
+    built = optimization.build(model.parameters(), steps)
+    curves: dict[str, list[float]] = {b: [] for b in BUCKETS}
+    at: list[int] = []
+    seconds: list[float] = []
+    clock = [0.0]
+
+    def evaluate(step: int) -> None:
+        if not at:
+            clock[0] = time.time()
+        result = heldout_accuracy(model, tokenizer, heldout, accuracy, rollout.max_new_tokens)
+        at.append(step)
+        seconds.append(round(time.time() - clock[0], 1))
+        for b in BUCKETS:
+            curves[b].append(result[f"eval/accuracy/{b}"])
+        print(json.dumps({"step": step, **result}), flush=True)
+
+    class Evaluate(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            evaluate(0)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % eval_every == 0:
+                evaluate(state.global_step)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, per_device_train_batch_size=cfg.data.batch_size * rollout.group_size,
+            num_generations=rollout.group_size, max_completion_length=rollout.max_new_tokens,
+            temperature=1.0, top_p=rollout.top_p, loss_type="grpo", scale_rewards="group",
+            epsilon=cfg.algo.clip_eps_low, epsilon_high=cfg.algo.clip_eps_high, beta=cfg.algo.beta.value,
+            num_iterations=1, steps_per_generation=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
+            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
+            seed=cfg.seed, data_seed=cfg.seed,
+        )
+        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, processing_class=tokenizer,
+                              train_dataset=Dataset.from_list([{"prompt": t, "idx": i} for i, t in enumerate(texts)]),
+                              optimizers=(built["optimizer"], built["lr_scheduler"]["scheduler"]),
+                              callbacks=[Evaluate()])
+        trainer.train()
+        logs = trainer.state.log_history
+
+    def logged(key: str, lo: int = 0, hi: int = 10**9) -> float | None:
+        values = [h[key] for h in logs if key in h and lo <= h.get("step", 0) <= hi]
+        return statistics.mean(values) if values else None
+
+    result = {"steps": at, "seconds": seconds, "tokens": [None] * len(at), "flat_rows_frac": None,
+              "wall_s": round(time.time() - began, 1),
+              "why": {"train_reward_first25": logged("reward", 0, 25), "train_reward_last25": logged("reward", 175),
+                      "completion_length_mean": logged("completions/mean_length"),
+                      "kl_last": logged("kl", steps - 25)}}
+    for b in BUCKETS:
+        result[b] = curves[b]
+        result[f"final_{b}"] = statistics.mean(curves[b][-3:])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="the run's JSON")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
+    args = parser.parse_args()
+    args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every), indent=1))
+
+
+if __name__ == "__main__":
+    main()
