@@ -182,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
     parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=[*ARMS, "trl"],
-                        help="train.py arms of sample_efficiency.py, and trl (TRL's GRPOTrainer: pip install -e .[bench])")
+                        help="train.py arms of sample_efficiency.py, and trl (TRL's GRPOTrainer: .[bench])")
     parser.add_argument("--cache", type=Path, default=Path("outputs/cache"),
                         help="warm-up cache (default: the project's; earlier builds are reused)")
     parser.add_argument("--jobs", type=int, default=1, help="starts run at once, each with cores/jobs threads")
