@@ -7,10 +7,11 @@ config (issue 49: held-out easy 0.340 / medium 0.250 / hard 0.165 where this mac
 warm-up's batch order and slip draws (`model.warmup.seed`), its length, its learning rate, its slip
 share. Every start trains the GRPO run with seed 0; each arm is `python train.py <start's warm-up
 overrides> <arm's overrides> seed=0`, one run at a time per job (a start's warm-up is cached by the
-first arm and reused by the others).
+first arm and reused by the others). The `trl` arm trains TRL's GRPOTrainer from the same start
+and evaluates it with grpo-aug's held-out evaluation (benchmarks/trl_learning.py; `.[bench]`).
 
     python benchmarks/start_zoo.py                                   # every start, arms default plain
-    python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit
+    python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit trl
     python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
     python benchmarks/start_zoo.py --starts wseed3_800 --extra module.rollout.seed=1 --out rs1.json  # a repeat
     python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out seed1.json  # the run's seed 1: see below
