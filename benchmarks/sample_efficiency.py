@@ -60,6 +60,9 @@ LEARNED = ["rollout/selector=learned"]
 ONLINE = [*ADAPTIVE, "data/difficulty=online"]
 ARMS = {
     "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
+    # plain, its buckets drawn a third each (one bucket per batch): TRL's whole-pool shares
+    "uniform": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+                *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
     "adaptive": [*ADAPTIVE, *NO_SELECTOR],
     "online": [*ONLINE, *NO_SELECTOR],
     "history": [*ONLINE, "rollout/selector=history"],
