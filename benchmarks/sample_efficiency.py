@@ -69,7 +69,6 @@ ARMS = {
     "learned": [*ONLINE, *LEARNED],
     "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2"],
     "bandit": [*BANDIT, *NO_SELECTOR],
-    "bandit_gated": [*BANDIT, *NO_SELECTOR, "curriculum.unlock=0.5"],
     "bandit_history": [*BANDIT, "rollout/selector=history"],
     "bandit_learned": [*BANDIT, *LEARNED],
     "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.prompts.selection.PromptSelection",

@@ -73,11 +73,10 @@ def _adaptive_sampler(start=0):
     return CurriculumBatchSampler(INDICES, 4, AdaptiveSchedule(step_size=0.5), 40, seed=3, start_step=start)
 
 
-def _drive(sampler, rewards, steps, state_at=None, informative=None, bucket_rewards=None):
+def _drive(sampler, rewards, steps, state_at=None, informative=None):
     """Iterate like Lightning does (the batch of step k is fetched before step k-1's reward).
 
-    informative: bucket -> the share of informative groups its steps report (default 0.5);
-    bucket_rewards: bucket -> the mean reward its steps report (instead of `rewards`)."""
+    informative: bucket -> the share of informative groups its steps report (default 0.5)."""
     it = iter(sampler)
     batches, state = [], None
     pending = next(it)
@@ -86,8 +85,7 @@ def _drive(sampler, rewards, steps, state_at=None, informative=None, bucket_rewa
         batches.append([i for i, _ in batch])  # (record index, bucket) pairs
         step, bucket = sampler.start_step + k, batch[0][1]
         share = (informative or {}).get(bucket, 0.5)
-        reward = bucket_rewards[bucket] if bucket_rewards else rewards[step % len(rewards)]
-        sampler.schedule.observe(step, bucket, reward, share)
+        sampler.schedule.observe(step, bucket, rewards[step % len(rewards)], share)
         if state_at is not None and sampler.start_step + k + 1 == state_at:
             state = {**sampler.state_dict(), "next_step": state_at}
     return batches, state
@@ -186,58 +184,6 @@ def test_bandit_rejects_bad_values():
         BanditSchedule(initial={"easy": 0.5}, explore=0.0)
     with pytest.raises(ValueError, match="curriculum.temperature must be > 0"):
         BanditSchedule(initial={"easy": 0.5}, temperature=0.0)
-    with pytest.raises(ValueError, match=r"curriculum.unlock must be in \(0, 1\] .* got 1.5"):
-        BanditSchedule(initial={"easy": 0.5}, unlock=1.5)
-
-
-def test_bandit_gate_by_hand():
-    s = BanditSchedule({"easy": 0.5, "medium": 0.5, "hard": 0.5}, temperature=0.1, rate=0.2, explore=0.06, unlock=0.5)
-    assert s.weights(0, 100) == {"easy": 1.0, "medium": 0.0, "hard": 0.0}  # nothing measured: easy alone
-    s.observe(0, "easy", 0.6, 0.5)  # easy's running reward starts at its first step's, 0.6 >= 0.5
-    s.observe(1, "easy", 0.3, 0.5)  # 0.6 + 0.2 * (0.3 - 0.6) = 0.54: medium open; hard waits for medium
-    assert s.rewards_for(3) == pytest.approx({"easy": 0.54})
-    assert s.weights(3, 100) == pytest.approx({"easy": 0.94 / 2 + 0.03, "medium": 0.94 / 2 + 0.03, "hard": 0.0})
-    s.observe(2, "medium", 0.5, 1.0)  # medium: reward 0.5 (open hard), value 0.5 + 0.2 * 0.5 = 0.6
-    z = 1 + 2 * math.exp(-1.0)  # softmax of (0.5, 0.6, 0.5) / 0.1, over all three
-    assert s.weights(4, 100) == pytest.approx({"easy": 0.94 * math.exp(-1) / z + 0.02, "medium": 0.94 / z + 0.02,
-                                               "hard": 0.94 * math.exp(-1) / z + 0.02})
-    s.observe(3, "easy", 0.0, 0.0)  # easy falls to 0.54 - 0.2 * 0.54 = 0.432: medium and hard close again
-    assert s.weights(5, 100) == {"easy": 1.0, "medium": 0.0, "hard": 0.0}
-    ungated = BanditSchedule({"easy": 0.5, "medium": 0.5, "hard": 0.5}, temperature=0.1, explore=0.06)
-    assert ungated.weights(0, 100) == pytest.approx(dict.fromkeys(("easy", "medium", "hard"), 1 / 3))
-
-
-def test_bandit_gate_keeps_a_weak_start_on_the_bucket_it_can_learn():
-    """Easy's reward stays below the gate; medium and hard groups have spread by luck (reward
-    0.05): ungated, the bandit draws them well above the exploration floor; gated, never."""
-    informative = {"easy": 0.4, "medium": 0.4, "hard": 0.4}
-    rewards = {"easy": 0.35, "medium": 0.05, "hard": 0.05}
-    initial = {"easy": 0.5, "medium": 0.5, "hard": 0.5}
-    gated = CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial, unlock=0.5), 300, seed=3)
-    batches, _ = _drive(gated, [0.0], 300, informative=informative, bucket_rewards=rewards)
-    assert {b[0] // 100 for b in batches} == {0}
-    ungated = CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial), 300, seed=3)
-    batches, _ = _drive(ungated, [0.0], 300, informative=informative, bucket_rewards=rewards)
-    assert sum(b[0] // 100 > 0 for b in batches) >= 0.5 * 300  # equal values: two thirds of the steps
-    rising = CurriculumBatchSampler(INDICES, 4, BanditSchedule(initial, unlock=0.5), 300, seed=3)
-    batches, _ = _drive(rising, [0.0], 300, informative=informative,
-                        bucket_rewards={"easy": 0.7, "medium": 0.6, "hard": 0.05})
-    late = [b[0] // 100 for b in batches[50:]]
-    assert min(late.count(k) for k in (0, 1, 2)) >= 0.2 * len(late)  # every bucket open once mastered in turn
-
-
-def test_gated_bandit_resume_yields_exactly_the_uninterrupted_batches():
-    def make():
-        return CurriculumBatchSampler(INDICES, 4, BanditSchedule({"easy": 0.5, "medium": 0.4}, unlock=0.5), 60, seed=4)
-    rewards = {"easy": 0.6, "medium": 0.45, "hard": 0.2}
-    full, state = _drive(make(), [0.0], 60, state_at=25, informative={"easy": 0.3, "medium": 0.5, "hard": 0.1},
-                         bucket_rewards=rewards)
-    assert {b[0] // 100 for b in full} == {0, 1}  # medium opened, hard not (medium's reward below the gate)
-    resumed = make()
-    resumed.load_state_dict(state)
-    tail, _ = _drive(resumed, [0.0], 35, informative={"easy": 0.3, "medium": 0.5, "hard": 0.1},
-                     bucket_rewards=rewards)
-    assert tail == full[25:]
 
 
 def test_the_feed_gives_the_schedule_the_step_s_rank_mean_reward_and_informative_share():

@@ -14,9 +14,7 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               by softmax(value / temperature) with an exploration floor, so a bucket where every
               group is flat (always solved, or never) is only probed. Same two-step lag.
               With `predicted`, a bucket's value follows the prompt selector's predicted share of
-              its candidates with spread instead. With `unlock`, a bucket is drawn only once every
-              easier bucket's running mean reward has reached it (easy always): from a start that
-              cannot solve hard yet, its lucky groups have spread but teach nothing.
+              its candidates with spread instead.
 Every schedule has observe(step, bucket, reward, informative, predicted) (a no-op unless adaptive
 or bandit; the prompt feed calls it after each rollout with the step's mean reward, its share of
 groups with reward spread and the selector's predicted share, averaged over ranks) and
@@ -30,8 +28,6 @@ from collections.abc import Mapping, Sequence
 
 from grpo_aug.data.records import BUCKETS
 from grpo_aug.errors import UsageError
-
-REWARD = "reward/"  # a bandit state's key prefix for a bucket's running mean reward
 
 
 def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]:
@@ -194,21 +190,15 @@ class AdaptiveSchedule(_Lagged):
 
 class BanditSchedule(_Lagged):
     """value[b] <- value[b] + rate * (informative - value[b]) for the bucket b a step drew;
-    weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets), over the
-    unlocked buckets (all of them when `unlock` is None; the rest get 0).
+    weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets).
 
     predicted: value a bucket by the share of its *candidates* the prompt selector expects to come
     out with reward spread (once its predictor is calibrated), not by the rolled-out groups: the
     selector keeps those informative by sifting, so a bucket it has to sift hard looks as good
-    as one it does not.
-    unlock: bucket k is drawn only once each bucket before it has a running mean step reward (its
-    first step's reward, then moved by `rate` as the value is) of at least `unlock`. A bucket
-    whose groups have spread only by luck (a start that cannot solve it) looks as informative as
-    one the policy is learning; the gate keeps the steps on the easier bucket still being learned,
-    as the adaptive curriculum's target difficulty does."""
+    as one it does not."""
 
     def __init__(self, initial: Mapping[str, float], temperature: float = 0.1, rate: float = 0.2,
-                 explore: float = 0.06, predicted: bool = False, unlock: float | None = None) -> None:
+                 explore: float = 0.06, predicted: bool = False) -> None:
         for name, v in initial.items():
             if name not in BUCKETS:
                 raise UsageError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
@@ -221,48 +211,26 @@ class BanditSchedule(_Lagged):
         if not 0 < explore <= 1:
             raise UsageError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
                              f"got {explore}")
-        if unlock is not None and not 0 < unlock <= 1:
-            raise UsageError(f"curriculum.unlock must be in (0, 1] (a mean reward) or null (no gate), got {unlock}")
         super().__init__({b: float(initial.get(b, 0.0)) for b in BUCKETS})
         self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)
         self.predicted = bool(predicted)
-        self.unlock = None if unlock is None else float(unlock)
 
     def values_for(self, step: int) -> dict[str, float]:
-        state = self.state_for(step)
-        return {b: state[b] for b in BUCKETS}
-
-    def rewards_for(self, step: int) -> dict[str, float]:
-        """Each bucket's running mean step reward (only the buckets drawn so far)."""
-        state = self.state_for(step)
-        return {b: state[REWARD + b] for b in BUCKETS if REWARD + b in state}
-
-    def unlocked(self, step: int) -> list[str]:
-        if self.unlock is None:
-            return list(BUCKETS)
-        rewards, open_ = self.rewards_for(step), [BUCKETS[0]]
-        for easier, bucket in zip(BUCKETS, BUCKETS[1:], strict=False):
-            if rewards.get(easier, -1.0) < self.unlock:
-                break
-            open_.append(bucket)
-        return open_
+        return dict(self.state_for(step))
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
-        values, open_ = self.values_for(step), self.unlocked(step)
-        top = max(values[b] for b in open_)
-        exp = {b: math.exp((values[b] - top) / self.temperature) for b in open_}
+        values = self.values_for(step)
+        top = max(values.values())
+        exp = {b: math.exp((v - top) / self.temperature) for b, v in values.items()}
         total = sum(exp.values())
-        return {b: (1 - self.explore) * exp[b] / total + self.explore / len(open_) if b in exp else 0.0
-                for b in BUCKETS}
+        return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
 
     def _next(self, before: dict[str, float], bucket: str, reward: float, informative: float,
               predicted: float | None) -> dict[str, float]:
-        state = dict(before)
+        values = dict(before)
         seen = predicted if self.predicted and predicted is not None else informative
-        state[bucket] += self.rate * (seen - state[bucket])
-        last = state.get(REWARD + bucket)
-        state[REWARD + bucket] = reward if last is None else last + self.rate * (reward - last)
-        return state
+        values[bucket] += self.rate * (seen - values[bucket])
+        return values
 
     def load_state_dict(self, state: dict) -> None:
         self.after = {int(k): {b: float(x) for b, x in v.items()} for k, v in state["after"].items()}
