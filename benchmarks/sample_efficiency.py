@@ -69,6 +69,7 @@ ARMS = {
     "learned": [*ONLINE, *LEARNED],
     "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2"],
     "bandit": [*BANDIT, *NO_SELECTOR],
+    "bandit_t1": [*BANDIT, *NO_SELECTOR, "rollout.temperatures=[1.0]"],  # the default without its ladder
     "bandit_history": [*BANDIT, "rollout/selector=history"],
     "bandit_learned": [*BANDIT, *LEARNED],
     "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.prompts.selection.PromptSelection",
