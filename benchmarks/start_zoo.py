@@ -149,11 +149,33 @@ def table(results: dict) -> str:
             gaps.append(f"{statistics.mean(r[a][f'final_{b}'] - r['plain'][f'final_{b}'] for r in both):+.3f}"
                         if both else "")
         out += ["| mean | | " + " | ".join(means + gaps) + " |", ""]
+    out += summary_table(results, arms)
     out += why_table(results, arms)
     out += ["| start | " + " | ".join(f"{a} run s" for a in arms) + " |", "|---" * (1 + len(arms)) + "|"]
     for start, runs in results.items():
         out.append(f"| {start} | " + " | ".join(f"{runs[a]['wall_s']:.0f}" if a in runs else "" for a in arms) + " |")
     return "\n".join(out)
+
+
+def summary_table(results: dict, arms: list[str], margin: float = 0.02) -> list[str]:
+    """Per arm, over the starts it ran with plain: per bucket the mean and the worst of its final
+    minus plain's, the worst final minus the start, and the (start, bucket) pairs that miss issue
+    49's point 3 (more than `margin` below plain's final or below the start)."""
+    if "plain" not in arms:
+        return []
+    out = ["**Over the zoo** (final - plain: mean, worst; final - start: worst; misses of the 0.02 margin)", "",
+           "| arm | starts | " + " | ".join(f"{b} - plain: mean, worst" for b in BUCKETS)
+           + " | " + " | ".join(f"{b} - start: worst" for b in BUCKETS) + " | misses |", "|---" * 9 + "|"]
+    for a in arms:
+        runs = {k: r for k, r in results.items() if a in r and "plain" in r}
+        gaps = {b: {k: r[a][f"final_{b}"] - r["plain"][f"final_{b}"] for k, r in runs.items()} for b in BUCKETS}
+        falls = {b: {k: r[a][f"final_{b}"] - r[a][b][0] for k, r in runs.items()} for b in BUCKETS}
+        misses = sorted({f"{k} {b}" for b in BUCKETS for k in runs
+                         if gaps[b][k] < -margin or falls[b][k] < -margin})
+        cells = [f"{statistics.mean(gaps[b].values()):+.3f}, {min(gaps[b].values()):+.3f}" for b in BUCKETS]
+        cells += [f"{min(falls[b].values()):+.3f}" for b in BUCKETS]
+        out.append(f"| {a} | {len(runs)} | " + " | ".join(cells) + f" | {len(misses)}: {', '.join(misses)} |")
+    return [*out, ""]
 
 
 WHY = ["train_reward_first25", "train_reward_last25", "prompts/seen", "prompts/attempts_mean", "prompts/attempts_max",
