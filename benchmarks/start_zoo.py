@@ -90,10 +90,16 @@ def diagnose(run_dir: Path) -> dict:
     return out
 
 
-def run_trl(overrides: list[str], out: Path) -> dict:
-    """The `trl` arm: TRL's GRPOTrainer from the same start, evaluated by grpo-aug
-    (benchmarks/trl_learning.py), in its own process as every arm."""
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_learning.py"), "--out", str(out), "--", *overrides]
+# TRL's GRPOTrainer from the same start, evaluated by grpo-aug (benchmarks/trl_learning.py): `trl`
+# as a TRL user runs it (the whole pool, buckets mixed in every step), `trl_blocked` with each step's
+# prompts from one bucket, as grpo-aug draws them
+TRL_ARMS = {"trl": [], "trl_blocked": ["--one-bucket-per-step"]}
+
+
+def run_trl(overrides: list[str], out: Path, flags: list[str]) -> dict:
+    """A TRL arm, in its own process as every arm."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_learning.py"), "--out", str(out), *flags, "--",
+           *overrides]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     if done.returncode != 0:
@@ -110,9 +116,9 @@ def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: li
               out: Path | None, lock: threading.Lock, seed: int = 0) -> None:
     row = key(start, seed)
     for arm in arms:
-        if arm == "trl":
+        if arm in TRL_ARMS:
             run = run_trl([*STARTS[start], f"paths.cache_dir={cache}", *extra, f"seed={seed}"],
-                          workdir / f"{row}-{arm}.json")
+                          workdir / f"{row}-{arm}.json", TRL_ARMS[arm])
         else:
             overrides = [*STARTS[start], *ARMS[arm], f"paths.cache_dir={cache}", *extra]
             run = run_arm(overrides, seed, workdir / f"{row}-{arm}", [], val_check_interval=50)
@@ -204,7 +210,7 @@ def why_table(results: dict, arms: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
-    parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=[*ARMS, "trl"],
+    parser.add_argument("--arms", nargs="+", default=["default", "plain"], choices=[*ARMS, *TRL_ARMS],
                         help="train.py arms of sample_efficiency.py, and trl (TRL's GRPOTrainer: .[bench])")
     parser.add_argument("--cache", type=Path, default=Path("outputs/cache"),
                         help="warm-up cache (default: the project's; earlier builds are reused)")

@@ -64,7 +64,22 @@ def heldout_accuracy(model, tokenizer, records, accuracy, max_new_tokens: int) -
     return accuracy.compute()
 
 
-def run(overrides: list[str], steps: int, eval_every: int) -> dict:
+def one_bucket_per_step(records, steps: int, prompts: int, seed: int) -> list[int]:
+    """Record indices in training order: each step's `prompts` from one bucket, the bucket drawn
+    uniformly (grpo-aug's sampler draws one bucket per step; TRL's whole pool mixes them)."""
+    import random
+
+    from grpo_aug.data.records import BUCKETS
+
+    rng = random.Random(seed)
+    members = {b: [i for i, r in enumerate(records) if r.bucket == b] for b in BUCKETS}
+    order = []
+    for _ in range(steps):
+        order += rng.sample(members[rng.choice([b for b in BUCKETS if members[b]])], prompts)
+    return order
+
+
+def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False) -> dict:
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -120,6 +135,8 @@ def run(overrides: list[str], steps: int, eval_every: int) -> dict:
             if state.global_step % eval_every == 0:
                 evaluate(state.global_step)
 
+    order = (one_bucket_per_step(records, steps, cfg.data.batch_size, cfg.seed) if blocked
+             else list(range(len(records))))
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
             output_dir=out, per_device_train_batch_size=cfg.data.batch_size * rollout.group_size,
@@ -128,10 +145,10 @@ def run(overrides: list[str], steps: int, eval_every: int) -> dict:
             epsilon=cfg.algo.clip_eps_low, epsilon_high=cfg.algo.clip_eps_high, beta=cfg.algo.beta.value,
             num_iterations=1, steps_per_generation=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
             use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
-            seed=cfg.seed, data_seed=cfg.seed,
+            seed=cfg.seed, data_seed=cfg.seed, shuffle_dataset=not blocked,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, processing_class=tokenizer,
-                              train_dataset=Dataset.from_list([{"prompt": t, "idx": i} for i, t in enumerate(texts)]),
+                              train_dataset=Dataset.from_list([{"prompt": texts[i], "idx": i} for i in order]),
                               optimizers=(built["optimizer"], built["lr_scheduler"]["scheduler"]),
                               callbacks=[Evaluate()])
         trainer.train()
@@ -157,9 +174,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="the run's JSON")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--one-bucket-per-step", action="store_true",
+                        help="each step's prompts from one bucket drawn a third each, in order (not the mixed pool)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
     args = parser.parse_args()
-    args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every), indent=1))
+    args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step),
+                                   indent=1))
 
 
 if __name__ == "__main__":
