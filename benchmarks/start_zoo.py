@@ -169,9 +169,10 @@ def summary_table(results: dict, arms: list[str], margin: float = 0.02) -> list[
     49's point 3 (more than `margin` below plain's final or below the start)."""
     if "plain" not in arms:
         return []
-    out = ["**Over the zoo** (final - plain: mean, worst; final - start: worst; misses of the 0.02 margin)", "",
-           "| arm | starts | " + " | ".join(f"{b} - plain: mean, worst" for b in BUCKETS)
-           + " | " + " | ".join(f"{b} - start: worst" for b in BUCKETS) + " | misses |", "|---" * 9 + "|"]
+    head = ["arm", "starts", *(f"{b} - plain: mean, worst" for b in BUCKETS), *(f"{b} - start: worst" for b in BUCKETS),
+            "misses"]
+    out = [f"**Over the zoo** (final - plain: mean, worst; final - start: worst; misses of the {margin} margin)", "",
+           "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for a in arms:
         runs = {k: r for k, r in results.items() if a in r and "plain" in r}
         gaps = {b: {k: r[a][f"final_{b}"] - r["plain"][f"final_{b}"] for k, r in runs.items()} for b in BUCKETS}

@@ -45,21 +45,19 @@ def compose(overrides: list[str]):
         return hydra_compose("train", overrides=[f"paths.root_dir={ROOT}", "paths.output_dir=.", *overrides])
 
 
-def heldout_accuracy(model, tokenizer, records, accuracy, max_new_tokens: int) -> dict[str, float]:
-    """grpo-aug's evaluation of `model` on the held-out records: greedy, one bucket per batch."""
+def heldout_accuracy(model, tokenizer, datamodule, accuracy, max_new_tokens: int) -> dict[str, float]:
+    """grpo-aug's evaluation of `model`: the datamodule's held-out batches, in its prompt format,
+    as a train.py run's validation step evaluates them (greedy)."""
     import torch
 
-    from grpo_aug.data.records import BUCKETS
     from grpo_aug.engines.hf import HFEngine
 
     engine, was_training = HFEngine(), model.training
     model.eval()
     with torch.no_grad():
-        for bucket in BUCKETS:
-            batch = [r for r in records if r.bucket == bucket]
-            if batch:
-                accuracy.evaluate(engine, model, tokenizer, [r.prompt for r in batch], batch, max_new_tokens, 0,
-                                  torch.device("cpu"))
+        for batch in datamodule.val_batches():
+            texts = datamodule.prompt_format([r.prompt for r in batch], [r.context for r in batch])
+            accuracy.evaluate(engine, model, tokenizer, texts, batch, max_new_tokens, 0, torch.device("cpu"))
     model.train(was_training)
     return accuracy.compute()
 
@@ -99,7 +97,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     start = prepare_model(model_settings, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg))
     reward_set = instantiate(cfg.reward, _convert_="all")
     accuracy = HeldoutAccuracy(answer=instantiate(cfg.answer, _convert_="all"))
-    records, heldout = datamodule.train_records, datamodule.heldout_records
+    records = datamodule.train_records
     prompt_format = datamodule.prompt_format
     texts = prompt_format([r.prompt for r in records], [r.context for r in records])
 
@@ -120,7 +118,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     def evaluate(step: int) -> None:
         if not at:
             clock[0] = time.time()
-        result = heldout_accuracy(model, tokenizer, heldout, accuracy, rollout.max_new_tokens)
+        result = heldout_accuracy(model, tokenizer, datamodule, accuracy, rollout.max_new_tokens)
         at.append(step)
         seconds.append(round(time.time() - clock[0], 1))
         for b in BUCKETS:
