@@ -64,6 +64,13 @@ ARMS = {
     "uniform": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
                 *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
     "adaptive": [*ADAPTIVE, *NO_SELECTOR],
+    # mixed batches (data.mix_buckets): every batch holds the buckets in the curriculum's shares
+    "plain_mixed": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
+                    "data.mix_buckets=true"],
+    "uniform_mixed": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+                      *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
+                      "data.mix_buckets=true"],
+    "bandit_mixed": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=true"],
     "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false"],  # plain + the ladder
     "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]"],  # plain + the zero-std filter
     "online": [*ONLINE, *NO_SELECTOR],

@@ -111,8 +111,8 @@ def make_report(rewards, temperatures=None, **over) -> StepReport:
     ones = torch.ones_like(r, dtype=torch.bool)
     zero = torch.tensor(0.0)
     temps = torch.as_tensor(temperatures if temperatures is not None else [1.0] * n, dtype=torch.float32)
-    fields = dict(bucket="easy", rewards=r, present=ones, scored=ones, counted=ones, valid=ones, distinct=ones,
-                  temperatures=temps,
+    fields = dict(buckets=("easy",) * r.shape[0], rewards=r, present=ones, scored=ones, counted=ones, valid=ones,
+                  distinct=ones, temperatures=temps,
                   lengths=torch.full((n,), 4), truncated=torch.zeros(n, dtype=torch.bool), advantages=torch.zeros(n),
                   loss_tokens=torch.tensor(8.0), generated_tokens=torch.tensor(4.0 * n), refill_rounds=zero,
                   refill_exhausted=zero, kl_mean=zero, kl_max=zero, entropy_mean=torch.tensor(1.0), clip_frac=zero,

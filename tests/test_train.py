@@ -145,6 +145,25 @@ def test_resume_from_a_checkpoint_continues_at_the_saved_step(tmp_path):
     assert last["global_step"] == 6
 
 
+MIXED = ["data.mix_buckets=true", "data.batch_size=6", "curriculum=staged",
+         "curriculum.stages=[{until:1.0,weights:{easy:0.5,medium:0.25,hard:0.25}}]"]
+
+
+def test_mixed_batches_train_log_every_bucket_and_resume(tmp_path):
+    every4 = ["trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=4", "rollout.filter.zero_std=false"]
+    train_here(tmp_path / "a", ["debug=fast", *TINY, *MIXED, *every4])
+    scalars = read_scalars(tmp_path / "a" / "run")
+    # 6 slots at weights 1/2, 1/4, 1/4: 3 easy, 1 or 2 medium, the rest hard; mean bucket 0.67..0.83
+    assert all(4 / 6 - 1e-6 <= v <= 5 / 6 + 1e-6 for _, v in scalars["curriculum/bucket"])
+    for b in ("easy", "medium", "hard"):  # every bucket in every step
+        assert [s for s, _ in scalars[f"health/reward_mean/{b}"]] == [2, 4, 6]
+    ckpt = tmp_path / "a" / "run" / "checkpoints" / "step-4.ckpt"
+    train_here(tmp_path / "b", ["debug=fast", *TINY, *MIXED, *every4, f"ckpt_path={ckpt}"])
+    resumed = read_scalars(tmp_path / "b" / "run")
+    for tag in ("curriculum/bucket", "health/reward_mean/hard", "train/loss"):
+        assert resumed[tag] == [(s, v) for s, v in scalars[tag] if s > 4], tag
+
+
 def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
     variant = ["algo.num_iterations=2", "algo.minibatches=2", "reward=soft_math", "algo/loss=token_mean",
                "rollout.filter.zero_std=false",
@@ -192,9 +211,10 @@ def test_sigkill_after_a_checkpoint_then_resume_auto_matches_an_uninterrupted_ru
 
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
-    """trainer=ddp runs with two gloo processes on CPU and logs and prints from rank 0."""
+    """trainer=ddp runs with two gloo processes on CPU and logs and prints from rank 0. Mixed batches
+    of 3 per rank: the ranks hold different buckets, and still join the same collectives."""
     result = run_train(tmp_path, ["debug=fast", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                                  *ACTING])
+                                  *ACTING, *MIXED, "data.batch_size=3"])
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stderr + result.stdout
     assert "Starting with 2 processes" in out

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from grpo_aug.algo.group_stats import group_stats, length_quantiles, polarisation
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
+from grpo_aug.prompts.datamodule import BucketedRecords
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,11 @@ def sample_batches(module, datamodule, batches: int):
     """Roll out the first `batches` training batches of the curriculum, as step 0.. would: the
     prompts the selector picks (and refills, if configured), not the raw batches."""
     sampler = datamodule.make_sampler(start_step=0, rank=0, world_size=1)
+    records = BucketedRecords(datamodule.train_records)
     rewards, counted, lengths, truncated, prompts, calls, failures, tool_tokens = [], [], [], [], [], [], [], []
     with torch.no_grad():
         for step in range(batches):
-            bucket, indices = sampler.draw(step)
-            batch = [datamodule.train_records[i] for i in indices]
+            batch = [records[key] for key in sampler.draw(step)]
             # the prompts the feed picks, as training would; the feed's curriculum learns from them
             _, sampled, _ = module.sample_groups(batch, step, step)
             rewards.append(sampled.rewards.cpu())  # [B, G]

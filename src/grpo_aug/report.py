@@ -14,7 +14,7 @@ import torch
 
 @dataclass(frozen=True)
 class StepReport:
-    bucket: str  # the difficulty bucket this step drew
+    buckets: tuple[str, ...]  # [N] each group's difficulty bucket (one for all, unless data.mix_buckets)
     rewards: torch.Tensor  # [N, G] total reward; 0 where unscorable (see `scored`)
     present: torch.Tensor  # [N, G] bool, rows that exist (a per-prompt budget leaves groups short of G)
     scored: torch.Tensor  # [N, G] bool, every reward function returned a number

@@ -10,12 +10,18 @@ from grpo_aug.prompts.curriculum import (
     AdaptiveSchedule,
     BanditSchedule,
     LinearSchedule,
+    Seen,
     StagedSchedule,
     difficulty_weights,
 )
 from helpers import compose_cfg
 
 INDICES = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard": list(range(200, 300))}
+
+
+def one(bucket, reward, informative, predicted=None):
+    """What a one-bucket step shows the schedule."""
+    return {bucket: Seen(reward, informative, predicted)}
 
 
 def test_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_path):
@@ -50,17 +56,17 @@ def test_difficulty_weights_split_between_neighbours():
 def test_adaptive_difficulty_follows_the_reward_with_a_two_step_lag():
     s = AdaptiveSchedule(target_success=0.5, step_size=0.1, sharpness=5.0)
     assert s.weights(0, 100)["easy"] == 1.0 and s.weights(1, 100)["easy"] == 1.0
-    s.observe(0, "easy", 0.9, 0.0)  # too easy: difficulty rises by 0.1 * tanh(5 * 0.4)
+    s.observe(0, one("easy", 0.9, 0.0))  # too easy: difficulty rises by 0.1 * tanh(5 * 0.4)
     up = 0.1 * math.tanh(2.0)
     assert s.weights(2, 100) == pytest.approx({"easy": 1 - up, "medium": up, "hard": 0.0})
-    s.observe(1, "medium", 0.1, 0.0)  # too hard: falls by the same amount, back to 0
+    s.observe(1, one("medium", 0.1, 0.0))  # too hard: falls by the same amount, back to 0
     assert s.weights(3, 100) == pytest.approx({"easy": 1.0, "medium": 0.0, "hard": 0.0})
-    s.observe(2, "easy", 0.1, 0.0)  # clipped at 0
+    s.observe(2, one("easy", 0.1, 0.0))  # clipped at 0
     assert s.difficulty_for(4) == 0.0
     with pytest.raises(RuntimeError, match="needs the reward of step 3"):
         s.weights(5, 100)
     for step in range(3, 200):
-        s.observe(step, "easy", 1.0, 0.0)
+        s.observe(step, one("easy", 1.0, 0.0))
     assert s.difficulty_for(201) == 2.0  # saturates at hard
 
 
@@ -85,7 +91,7 @@ def _drive(sampler, rewards, steps, state_at=None, informative=None):
         batches.append([i for i, _ in batch])  # (record index, bucket) pairs
         step, bucket = sampler.start_step + k, batch[0][1]
         share = (informative or {}).get(bucket, 0.5)
-        sampler.schedule.observe(step, bucket, rewards[step % len(rewards)], share)
+        sampler.schedule.observe(step, one(bucket, rewards[step % len(rewards)], share))
         if state_at is not None and sampler.start_step + k + 1 == state_at:
             state = {**sampler.state_dict(), "next_step": state_at}
     return batches, state
@@ -133,8 +139,8 @@ def test_bandit_values_and_weights_by_hand():
     e5 = math.exp(5.0)
     expected = {"easy": 0.94 * e5 / (e5 + 2) + 0.02, "medium": 0.94 / (e5 + 2) + 0.02, "hard": 0.94 / (e5 + 2) + 0.02}
     assert s.weights(0, 100) == pytest.approx(expected) and s.weights(1, 100) == pytest.approx(expected)
-    s.observe(0, "easy", 0.7, 0.25)  # easy: 0.5 + 0.2 * (0.25 - 0.5) = 0.45
-    s.observe(1, "medium", 0.0, 1.0)  # medium: 0 + 0.2 * 1.0 = 0.2
+    s.observe(0, one("easy", 0.7, 0.25))  # easy: 0.5 + 0.2 * (0.25 - 0.5) = 0.45
+    s.observe(1, one("medium", 0.0, 1.0))  # medium: 0 + 0.2 * 1.0 = 0.2
     assert s.values_for(2) == pytest.approx({"easy": 0.45, "medium": 0.0, "hard": 0.0})
     assert s.values_for(3) == pytest.approx({"easy": 0.45, "medium": 0.2, "hard": 0.0})
     w = s.weights(3, 100)
@@ -186,58 +192,196 @@ def test_bandit_rejects_bad_values():
         BanditSchedule(initial={"easy": 0.5}, temperature=0.0)
 
 
-def test_the_feed_gives_the_schedule_the_step_s_rank_mean_reward_and_informative_share():
+class _Recorder:
+    def __init__(self):
+        self.seen = []
+
+    def weights(self, step, total):
+        return {"easy": 0.2, "medium": 0.7, "hard": 0.1}
+
+    def observe(self, step, seen):
+        self.seen.append((step, seen))
+
+
+class _Selection:  # the history and selector are tested on their own
+    def observe(self, *args):
+        pass
+
+
+class _OtherRank:
+    """A second rank: adds its own per-bucket totals (reward sum, scored rows, groups with spread,
+    groups with a std, groups, predicted informative share, 1 if predicted) to the sum."""
+
+    def __init__(self, totals):
+        self.totals = totals
+
+    def reduce(self, values, op):
+        import torch
+
+        assert op == "sum"
+        return values + torch.tensor(self.totals, dtype=torch.float64)
+
+
+def _feed_step(prompts, rewards, scored, flat_predicted, other_rank):
     from types import SimpleNamespace
 
-    import torch
-
-    from grpo_aug.data.records import Prompt
     from grpo_aug.prompts import PromptFeed
 
-    class Schedule:
-        def __init__(self):
-            self.seen = []
+    schedule = _Recorder()
+    feed = PromptFeed(_Selection(), schedule, total_steps=10)
+    feed.ranks = _OtherRank(other_rank)
+    sampled = SimpleNamespace(prompts=prompts, rewards=rewards, scored=scored, valid=scored)
+    values = feed.observe(SimpleNamespace(flat_predicted=flat_predicted), sampled, rollout_step=7, rows_per_prompt=4)
+    return schedule.seen, values
 
-        def weights(self, step, total):
-            return {"easy": 0.2, "medium": 0.7, "hard": 0.1}
 
-        def observe(self, step, bucket, reward, informative, predicted=None):
-            self.seen.append((step, bucket, reward, informative, predicted))
+def _prompt(bucket):
+    from grpo_aug.data.records import Prompt
 
-    class Selection:  # the history and selector are tested on their own
-        def observe(self, *args):
-            pass
+    return Prompt(bucket[0], "What is 2 + 3 * 4?", "p", "14", "", bucket)
 
-    class OtherRank:  # a second rank whose step gave reward 0.0, informative share 1.0, predicted share 0.5
-        def reduce(self, values, op):
-            assert op == "mean"
-            return (values + torch.tensor([0.0, 1.0, 0.5])) / 2
 
-    schedule = Schedule()
-    feed = PromptFeed(Selection(), schedule, total_steps=10)
-    feed.ranks = OtherRank()
+def test_the_feed_gives_the_schedule_the_step_s_rank_pooled_reward_and_informative_share():
+    import torch
+
     # three medium groups of 4; the third has one unscorable row (reward stored as 0, not counted)
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
     scored = torch.ones(3, 4, dtype=torch.bool)
     scored[2, 1] = False
-    prompt = Prompt("m", "What is 2 + 3 * 4?", "p", "14", "", "medium")
-    sampled = SimpleNamespace(prompts=[prompt] * 3, rewards=rewards, scored=scored, valid=scored)
-    picked = SimpleNamespace(flat_predicted=0.25)  # the selector expects a quarter of the candidates flat
-    values = feed.observe(picked, sampled, rollout_step=7, rows_per_prompt=4)
-    # by hand: counted rewards 1+0+0+0 + 4 + 0+0+0 = 5 over 11 rows; one group of three has spread
-    assert schedule.seen == [(7, "medium", pytest.approx((5 / 11 + 0.0) / 2), pytest.approx((1 / 3 + 1.0) / 2),
-                              pytest.approx((0.75 + 0.5) / 2))]
+    # the other rank: two medium groups, rewards summing to 2 over 8 rows, both with spread, and a
+    # predicted informative share of 0.5
+    other = [[0.0] * 7, [2.0, 8.0, 2.0, 2.0, 2.0, 0.5, 1.0], [0.0] * 7]
+    # this rank's selector expects a quarter of its medium candidates flat
+    seen, values = _feed_step([_prompt("medium")] * 3, rewards, scored, {"medium": 0.25}, other)
+    # by hand: this rank's counted rewards 1+0+0+0 + 4 + 0+0+0 = 5 over 11 rows, one group of three
+    # with spread; pooled: 7 / 19, 3 / 5; predicted: the ranks' mean (0.75 + 0.5) / 2
+    assert seen == [(7, {"medium": Seen(pytest.approx(7 / 19), pytest.approx(3 / 5), pytest.approx(0.625), 1.0)})]
     assert values == {"curriculum/weight/easy": 0.2, "curriculum/weight/medium": 0.7,
                       "curriculum/weight/hard": 0.1, "curriculum/bucket": 1.0,
                       "curriculum/predicted_informative": pytest.approx(0.625)}
 
 
+def test_the_feed_reports_each_bucket_of_a_mixed_step():
+    import torch
+
+    # this rank: two easy groups (one solved throughout, one with spread) and a hard group never solved
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    scored = torch.ones(3, 4, dtype=torch.bool)
+    # the other rank: one hard group with spread, rewards summing to 1 over 4 rows; no prediction
+    other = [[0.0] * 7, [0.0] * 7, [1.0, 4.0, 1.0, 1.0, 1.0, 0.0, 0.0]]
+    seen, values = _feed_step([_prompt("easy"), _prompt("easy"), _prompt("hard")], rewards, scored, None, other)
+    # by hand: easy 6 / 8 reward, 1 of 2 groups with spread, 2 of the step's 4 groups; hard 1 / 8,
+    # 1 of 2, 2 of 4
+    assert seen == [(7, {"easy": Seen(0.75, 0.5, None, 0.5), "hard": Seen(0.125, 0.5, None, 0.5)})]
+    assert values["curriculum/bucket"] == 1.0  # half easy (0), half hard (2)
+    assert "curriculum/predicted_informative" not in values
+    bandit = BanditSchedule({"easy": 0.5, "medium": 0.5, "hard": 0.5}, rate=0.2)
+    bandit.observe(0, seen[0][1])
+    # each bucket moves by rate x its share: easy 0.5 + 0.1 * (0.5 - 0.5), hard the same; medium unseen
+    assert bandit.values_for(2) == pytest.approx({"easy": 0.5, "medium": 0.5, "hard": 0.5})
+    bandit.observe(1, {"easy": Seen(1.0, 1.0, None, 0.75), "hard": Seen(0.0, 0.0, None, 0.25)})
+    # easy 0.5 + 0.2 * 0.75 * 0.5 = 0.575; hard 0.5 + 0.2 * 0.25 * (0 - 0.5) = 0.475
+    assert bandit.values_for(3) == pytest.approx({"easy": 0.575, "medium": 0.5, "hard": 0.475})
+    adaptive = AdaptiveSchedule(target_success=0.5, step_size=0.1, sharpness=5.0)
+    adaptive.observe(0, {"easy": Seen(0.9, 0.0, None, 0.75), "hard": Seen(0.1, 0.0, None, 0.25)})
+    # the step's reward over its groups: 0.75 * 0.9 + 0.25 * 0.1 = 0.7
+    assert adaptive.difficulty_for(2) == pytest.approx(0.1 * math.tanh(5 * 0.2))
+
+
 def test_the_bandit_can_value_a_bucket_by_the_predicted_share_of_its_candidates():
     s = BanditSchedule({"easy": 0.5, "medium": 0.5}, rate=0.2, predicted=True)
-    s.observe(0, "easy", 0.9, 1.0, predicted=0.1)  # groups rolled out all informative, candidates 0.1
-    s.observe(1, "medium", 0.3, 0.5, predicted=None)  # no calibrated prediction yet: the groups' share
+    s.observe(0, one("easy", 0.9, 1.0, 0.1))  # groups rolled out all informative, candidates 0.1
+    s.observe(1, one("medium", 0.3, 0.5, None))  # no calibrated prediction yet: the groups' share
     # by hand: easy 0.5 + 0.2 * (0.1 - 0.5) = 0.42; medium 0.5 + 0.2 * (0.5 - 0.5) = 0.5
     assert s.values_for(3) == pytest.approx({"easy": 0.42, "medium": 0.5, "hard": 0.0})
     plain = BanditSchedule({"easy": 0.5, "medium": 0.5}, rate=0.2)
-    plain.observe(0, "easy", 0.9, 1.0, predicted=0.1)  # off: the rolled-out groups' share, 0.5 + 0.2 * 0.5
+    plain.observe(0, one("easy", 0.9, 1.0, 0.1))  # off: the rolled-out groups' share, 0.5 + 0.2 * 0.5
     assert plain.values_for(2)["easy"] == pytest.approx(0.6)
+
+
+def _counts_by_points(weights, n, u):
+    """A second implementation: bucket k's slots are the points (u + k) / n inside its stretch of [0, 1)."""
+    counts = dict.fromkeys(weights, 0)
+    for k in range(n):
+        point, low = (u + k) / n, 0.0
+        for bucket, w in weights.items():
+            if low <= point < low + w:
+                counts[bucket] += 1
+                break
+            low += w
+    return counts
+
+
+def test_systematic_counts_by_hand_and_by_points():
+    from grpo_aug.data.bucket_shares import spread_like, systematic_counts
+
+    w = {"easy": 0.5, "medium": 0.3, "hard": 0.2}  # 8, 4.8, 3.2 of 16 slots
+    assert systematic_counts(w, 16, 0.0) == {"easy": 8, "medium": 5, "hard": 3}
+    assert systematic_counts(w, 16, 0.9) == {"easy": 8, "medium": 4, "hard": 4}
+    for u in (0.0, 0.13, 0.5, 0.77, 0.999):
+        for weights in (w, {"easy": 0.94 / 3 + 0.02, "medium": 0.02, "hard": 1 - 0.94 / 3 - 0.04},
+                        {"easy": 0.0, "medium": 1.0, "hard": 0.0}):
+            assert systematic_counts(weights, 16, u) == _counts_by_points(weights, 16, u)
+    # over u, each bucket's mean count is its weight x slots
+    grid = [systematic_counts(w, 16, (i + 0.5) / 1000) for i in range(1000)]
+    assert {b: sum(c[b] for c in grid) / 1000 for b in w} == pytest.approx({"easy": 8, "medium": 4.8, "hard": 3.2})
+    batch = [_prompt("easy")] * 3 + [_prompt("hard")]
+    assert spread_like(batch, 8) == {"easy": 6, "hard": 2} and spread_like(batch[:1], 5) == {"easy": 5}
+
+
+MIX = {"easy": 0.5, "medium": 0.3, "hard": 0.2}
+
+
+def test_mixed_batches_hold_every_bucket_in_its_share_across_ranks():
+    world = 2
+    samplers = [CurriculumBatchSampler(INDICES, 8, StagedSchedule([{"until": 1.0, "weights": MIX}]), 40, seed=3,
+                                       rank=r, world_size=world, mix=True) for r in range(world)]
+    single = CurriculumBatchSampler(INDICES, 16, samplers[0].schedule, 40, seed=3, mix=True)
+    mixed_ranks = 0
+    for step in range(40):
+        parts = [s.draw(step) for s in samplers]
+        joined = [pair for part in parts for pair in part]
+        assert len({i for i, _ in joined}) == 16 and sorted(joined) == sorted(single.draw(step))
+        assert all(i // 100 == ["easy", "medium", "hard"].index(b) for i, b in joined)  # the record's own bucket
+        counts = {b: sum(x == b for _, x in joined) for b in MIX}
+        assert counts["easy"] == 8 and counts["medium"] in (4, 5) and counts["hard"] in (3, 4)
+        mixed_ranks += all(len({b for _, b in part}) > 1 for part in parts)
+    assert mixed_ranks >= 30  # shuffled before the ranks take their slices
+
+
+def test_mixed_bandit_resume_yields_exactly_the_uninterrupted_batches():
+    def make():
+        return CurriculumBatchSampler(INDICES, 6, BanditSchedule(initial={"easy": 0.5, "medium": 0.4}), 50, seed=4,
+                                      mix=True)
+
+    def drive(sampler, steps, state_at=None):
+        it, out, state = iter(sampler), [], None
+        pending = next(it)
+        for k in range(steps):
+            batch, pending = pending, next(it, None)
+            out.append(batch)
+            buckets = [b for _, b in batch]
+            sampler.schedule.observe(sampler.start_step + k, {
+                b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
+                for b in dict.fromkeys(buckets)})
+            if state_at is not None and sampler.start_step + k + 1 == state_at:
+                state = {**sampler.state_dict(), "next_step": state_at}
+        return out, state
+
+    full, state = drive(make(), 50, state_at=20)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert drive(resumed, 30)[0] == full[20:]
+    late = [b for batch in full[30:] for _, b in batch]
+    assert late.count("medium") > 0.6 * len(late)  # the bucket that teaches holds most of each batch
+
+
+def test_a_mixed_bucket_short_of_its_count_passes_the_rest_to_its_nearest():
+    schedule = StagedSchedule([{"until": 1.0, "weights": {"medium": 0.5, "hard": 0.5}}])
+    moved = {"easy": [0, 1, 2, 3, 4, 5], "medium": [6], "hard": [7, 8, 9, 10, 11]}  # medium emptied to 1
+    sampler = CurriculumBatchSampler(INDICES, 8, schedule, 10, buckets_at=lambda step: moved, mix=True)
+    drawn = sampler.draw(0)
+    buckets = [b for _, b in drawn]
+    # 4 medium asked, 1 there; 3 pass on, easy first (hard, as near, holds its own 4 of its 5)
+    assert (buckets.count("medium"), buckets.count("easy"), buckets.count("hard")) == (1, 3, 4)
+    assert all(i in moved[b] for i, b in drawn) and len({i for i, _ in drawn}) == 8

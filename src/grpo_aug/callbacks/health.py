@@ -49,6 +49,7 @@ from torchmetrics import CatMetric, MaxMetric, MeanMetric
 
 from grpo_aug.algo.group_stats import counted_mean, group_stats, length_quantiles, polarisation
 from grpo_aug.callbacks.tables import cell, write_sample_tables
+from grpo_aug.data.records import BUCKETS
 from grpo_aug.distributed import gather_per_rank
 from grpo_aug.errors import UsageError
 from grpo_aug.report import StepReport
@@ -243,9 +244,13 @@ class SampleHealth(L.Callback):
             return
         report: StepReport = outputs["report"]
         self.overall.update(health_values(report, self.low_std, self.high_std), pl_module.device)
-        rewards, scored = report.rewards, report.scored  # [N, G] one bucket per step
-        self.by_bucket.update({f"health/reward_mean/{report.bucket}": (
-            counted_mean(rewards, scored).float(), scored.sum().float())}, pl_module.device)
+        rewards, scored = report.rewards, report.scored  # [N, G]
+        # every bucket on every step (weight 0 where the step has none of it): with mixed batches,
+        # ranks hold different buckets, and compute() needs the same names everywhere
+        of = torch.tensor([BUCKETS.index(b) for b in report.buckets], device=rewards.device)  # [N]
+        self.by_bucket.update({f"health/reward_mean/{b}": (
+            counted_mean(rewards, mine).float(), mine.sum().float())
+            for k, b in enumerate(BUCKETS) for mine in [scored & (of == k)[:, None]]}, pl_module.device)
         self.kl_max.update(report.kl_max.detach())
         self.distributions["rewards"].update(rewards.detach()[scored].float())
         self.distributions["advantages"].update(report.advantages.detach().float())

@@ -12,8 +12,15 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from grpo_aug.data.records import BUCKETS
 from grpo_aug.errors import UsageError
 from grpo_aug.progress import Progress
+
+
+def bucket_label(buckets) -> str:
+    """The step's bucket, or its mix: "easy", or "easy 10 medium 4 hard 2"."""
+    counts = {b: list(buckets).count(b) for b in BUCKETS if b in buckets}
+    return next(iter(counts)) if len(counts) == 1 else " ".join(f"{b} {n}" for b, n in counts.items())
 
 
 class StepProgress(ProgressBar):
@@ -41,7 +48,7 @@ class StepProgress(ProgressBar):
         fields = {}
         report = outputs.get("report") if isinstance(outputs, dict) else None
         if report is not None:
-            fields["bucket"] = report.bucket
+            fields["bucket"] = bucket_label(report.buckets)
         reward = trainer.progress_bar_metrics.get("train/reward")
         if reward is not None:
             fields["reward"] = f"{float(reward):.2f}"

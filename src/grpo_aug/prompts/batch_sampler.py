@@ -1,4 +1,5 @@
-"""Batch sampler: every step draws one difficulty bucket, then that bucket's prompts.
+"""Batch sampler: every step draws one difficulty bucket, then that bucket's prompts; or, with
+`mix` (data.mix_buckets), every step's batch mixes the buckets by the schedule's weights.
 
 Each batch is a pure function of (seed, step) and the schedule's weights at that step: ranks
 agree on the bucket without talking (an adaptive schedule sees the same rank-averaged rewards
@@ -8,6 +9,12 @@ load_state_dict) continues with exactly the batches an uninterrupted run would h
 With online difficulty (`buckets_at`), the bucket members at a step come from the prompt history
 (moves apply with a fixed lag, see prompts/history.py). A drawn bucket with too few members for the
 step falls back to the bucket nearest to it that has enough.
+
+Mixed batches: the step's slots are shared out by systematic sampling (each bucket gets the floor
+or the ceiling of weight x slots, its expected count exactly), then each bucket's prompts are drawn
+and the whole is shuffled before the ranks take their slices. One update then averages over every
+bucket the schedule weights, as a whole-pool shuffle does (TRL's GRPOTrainer): from the zoo's starts
+that is where TRL led grpo-aug's one-bucket batches (docs/sample-efficiency.md).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from grpo_aug.data.bucket_shares import systematic_counts
 from grpo_aug.data.records import BUCKETS
 from grpo_aug.errors import UsageError
 
@@ -31,7 +39,9 @@ class CurriculumBatchSampler:
         world_size: int = 1,
         start_step: int = 0,
         buckets_at: Callable[[int], Mapping[str, Sequence[int]]] | None = None,
+        mix: bool = False,
     ) -> None:
+        self.mix = mix
         self.buckets_at = buckets_at
         self.bucket_indices = {b: list(ix) for b, ix in bucket_indices.items()}
         self.batch_size = batch_size
@@ -43,6 +53,12 @@ class CurriculumBatchSampler:
         self.start_step = start_step
         self.position = start_step  # the next step this sampler hands out
         per_step = batch_size * world_size
+        if mix:
+            have = sum(len(self.bucket_indices.get(b, ())) for b in schedule.buckets_used())
+            if have < per_step:
+                raise UsageError(f"the curriculum's buckets hold {have} training prompts, fewer than "
+                                 f"data.batch_size x world size = {per_step}")
+            return
         for bucket, key in schedule.buckets_used().items():
             have = len(self.bucket_indices.get(bucket, ()))
             if have < per_step:
@@ -57,8 +73,10 @@ class CurriculumBatchSampler:
         names = [b for b, w in weights.items() if w > 0]
         return rng.choices(names, weights=[weights[b] for b in names])[0]
 
-    def draw(self, step: int) -> tuple[str, list[int]]:
-        """The step's bucket and this rank's prompt indices."""
+    def draw(self, step: int) -> list[tuple[int, str]]:
+        """This rank's (prompt index, bucket) pairs for the step."""
+        if self.mix:
+            return self.draw_mixed(step)
         bucket = self.bucket_at(step)
         members = self.bucket_indices if self.buckets_at is None else self.buckets_at(step)
         per_step = self.batch_size * self.world_size
@@ -67,18 +85,39 @@ class CurriculumBatchSampler:
             bucket = min(enough, key=lambda b: (abs(BUCKETS.index(b) - BUCKETS.index(bucket)), BUCKETS.index(b)))
         rng = random.Random(f"{self.seed}-prompts-{step}")
         chosen = rng.sample(list(members[bucket]), per_step)
-        return bucket, chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return [(i, bucket) for i in chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]]
+
+    def draw_mixed(self, step: int) -> list[tuple[int, str]]:
+        weights = self.schedule.weights(step, self.total_steps)
+        members = self.bucket_indices if self.buckets_at is None else self.buckets_at(step)
+        per_step = self.batch_size * self.world_size
+        rng = random.Random(f"{self.seed}-mixed-{step}")
+        counts = systematic_counts(weights, per_step, rng.random())
+        # a bucket short of its count (online difficulty emptied it) passes the rest to the nearest
+        # bucket with room, the easier one first
+        for bucket in BUCKETS:
+            short = counts[bucket] - len(members.get(bucket, ()))
+            if short > 0:
+                counts[bucket] -= short
+                for other in sorted(BUCKETS, key=lambda b: (abs(BUCKETS.index(b) - BUCKETS.index(bucket)),
+                                                            BUCKETS.index(b))):
+                    room = min(short, len(members.get(other, ())) - counts[other])
+                    if other != bucket and room > 0:
+                        counts[other] += room
+                        short -= room
+        chosen = [(i, b) for b in BUCKETS if counts[b] > 0 for i in rng.sample(list(members[b]), counts[b])]
+        rng.shuffle(chosen)  # every rank's slice mixes the buckets too
+        return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
 
     def batch_at(self, step: int) -> list[int]:
-        return self.draw(step)[1]
+        return [i for i, _ in self.draw(step)]
 
     def __iter__(self) -> Iterator[list[tuple[int, str]]]:
         # from the next step not yet handed out: should Lightning start another epoch, the run
         # goes on with new batches instead of repeating the first ones
         for step in range(self.position, self.total_steps):
             self.position = step + 1
-            bucket, indices = self.draw(step)
-            yield [(i, bucket) for i in indices]
+            yield self.draw(step)
 
     def state_dict(self) -> dict:
         return {"next_step": self.position, "seed": self.seed, "schedule": self.schedule.state_dict()}

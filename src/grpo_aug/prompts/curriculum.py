@@ -15,16 +15,18 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               group is flat (always solved, or never) is only probed. Same two-step lag.
               With `predicted`, a bucket's value follows the prompt selector's predicted share of
               its candidates with spread instead.
-Every schedule has observe(step, bucket, reward, informative, predicted) (a no-op unless adaptive
-or bandit; the prompt feed calls it after each rollout with the step's mean reward, its share of
-groups with reward spread and the selector's predicted share, averaged over ranks) and
-state_dict/load_state_dict.
+Every schedule has observe(step, seen) (a no-op unless adaptive or bandit; the prompt feed calls it
+after each rollout with a `Seen` per bucket the step held, pooled over ranks: its mean reward, its
+share of groups with reward spread, the selector's predicted share and the bucket's share of the
+step's groups) and state_dict/load_state_dict. A mixed batch (data.mix_buckets) moves the adaptive
+difficulty by the step's overall reward and every bucket's bandit value by `rate` x its share.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from grpo_aug.data.records import BUCKETS
 from grpo_aug.errors import UsageError
@@ -42,9 +44,16 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
     return {b: float(weights.get(b, 0.0)) for b in BUCKETS}
 
 
+class Seen(NamedTuple):
+    """One bucket's groups in one step, pooled over ranks."""
+    reward: float  # mean reward of its scored rows
+    informative: float  # share of its groups (with a defined std) whose rewards differ
+    predicted: float | None = None  # the selector's predicted share of its candidates with spread (None: uncalibrated)
+    share: float = 1.0  # its share of the step's groups (1: a one-bucket batch)
+
+
 class _Stateless:
-    def observe(self, step: int, bucket: str, reward: float, informative: float,
-                predicted: float | None = None) -> None:
+    def observe(self, step: int, seen: Mapping[str, Seen]) -> None:
         pass
 
     def state_dict(self) -> dict:
@@ -117,8 +126,8 @@ def difficulty_weights(difficulty: float) -> dict[str, float]:
 class _Lagged:
     """State that moves with each step's groups; step k reads the state after step k - LAG.
 
-    Subclasses keep `initial` (the state before any step) and turn one observation into the next
-    state in `_next(before, bucket, reward, informative)`. States must be plain floats or dicts."""
+    Subclasses keep `initial` (the state before any step) and turn one step's observations into the
+    next state in `_next(before, seen)`. States must be plain floats or dicts."""
 
     LAG = 2
     what = "groups"
@@ -135,15 +144,13 @@ class _Lagged:
             raise RuntimeError(f"curriculum: step {step} needs the {self.what} of step {source}, not observed yet")
         return self.after[source]
 
-    def observe(self, step: int, bucket: str, reward: float, informative: float,
-                predicted: float | None = None) -> None:
-        """predicted: the share of the bucket's candidates the prompt selector expects to come out
-        with reward spread (None: it has no calibrated prediction yet)."""
-        self.after[step] = self._next(self.after.get(step - 1, self.initial), bucket, reward, informative, predicted)
+    def observe(self, step: int, seen: Mapping[str, Seen]) -> None:
+        """seen: each bucket the step held (the buckets of its groups)."""
+        self.after[step] = self._next(self.after.get(step - 1, self.initial), seen)
         for old in [s for s in self.after if s < step - self.LAG]:
             del self.after[old]  # only the last LAG + 1 states are ever read
 
-    def _next(self, before, bucket: str, reward: float, informative: float, predicted: float | None):
+    def _next(self, before, seen: Mapping[str, Seen]):
         raise NotImplementedError
 
     def buckets_used(self) -> dict[str, str]:
@@ -179,8 +186,8 @@ class AdaptiveSchedule(_Lagged):
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         return difficulty_weights(self.difficulty_for(step))
 
-    def _next(self, before: float, bucket: str, reward: float, informative: float,
-              predicted: float | None) -> float:
+    def _next(self, before: float, seen: Mapping[str, Seen]) -> float:
+        reward = sum(s.share * s.reward for s in seen.values())  # the step's, over its groups
         moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
         return min(max(moved, 0.0), len(BUCKETS) - 1.0)
 
@@ -189,7 +196,8 @@ class AdaptiveSchedule(_Lagged):
 
 
 class BanditSchedule(_Lagged):
-    """value[b] <- value[b] + rate * (informative - value[b]) for the bucket b a step drew;
+    """value[b] <- value[b] + rate * share[b] * (informative[b] - value[b]) for each bucket b a step
+    held (share 1 for the bucket of a one-bucket batch);
     weights = (1 - explore) * softmax(value / temperature) + explore / len(buckets).
 
     predicted: value a bucket by the share of its *candidates* the prompt selector expects to come
@@ -225,11 +233,11 @@ class BanditSchedule(_Lagged):
         total = sum(exp.values())
         return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
 
-    def _next(self, before: dict[str, float], bucket: str, reward: float, informative: float,
-              predicted: float | None) -> dict[str, float]:
+    def _next(self, before: dict[str, float], seen: Mapping[str, Seen]) -> dict[str, float]:
         values = dict(before)
-        seen = predicted if self.predicted and predicted is not None else informative
-        values[bucket] += self.rate * (seen - values[bucket])
+        for bucket, s in seen.items():
+            signal = s.predicted if self.predicted and s.predicted is not None else s.informative
+            values[bucket] += self.rate * s.share * (signal - values[bucket])
         return values
 
     def load_state_dict(self, state: dict) -> None:

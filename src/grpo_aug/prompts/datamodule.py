@@ -1,4 +1,4 @@
-"""LightningDataModule: curriculum-scheduled, single-bucket prompt batches and a held-out split."""
+"""LightningDataModule: curriculum-scheduled prompt batches (one bucket each, or mixed) and a held-out split."""
 
 from __future__ import annotations
 
@@ -104,10 +104,13 @@ class PromptDataModule(RecordData):
         prompt_format: PlainPrompt | ChatPrompt | None = None,
         eval_path: str | None = None,
         ahead: int = 0,
+        mix_buckets: bool = False,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches). ahead: rollout.ahead,
-        batches drawn before the one in training (k more in all, and k more at a checkpoint)."""
+        batches drawn before the one in training (k more in all, and k more at a checkpoint).
+        mix_buckets: every batch holds the buckets in the schedule's proportions, instead of one
+        bucket drawn with them."""
         super().__init__()
         if batch_size < 1:
             raise UsageError(f"data.batch_size must be >= 1, got {batch_size}")
@@ -118,6 +121,7 @@ class PromptDataModule(RecordData):
         self.schedule = schedule
         self.updates_per_batch = updates_per_batch
         self.ahead = ahead
+        self.mix_buckets = bool(mix_buckets)
         self.total_steps = -(-total_steps // updates_per_batch) + ahead  # batches, rounded up
         self.batch_size = batch_size
         self.heldout_per_bucket = heldout_per_bucket
@@ -178,7 +182,8 @@ class PromptDataModule(RecordData):
             indices[r.bucket].append(i)
         online = self.members_at if self.history.difficulty.online else None
         return CurriculumBatchSampler(
-            indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step, online
+            indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step, online,
+            self.mix_buckets,
         )
 
     def bucket_of(self, record: Prompt, step: int) -> str:

@@ -3,26 +3,63 @@ the rollout showed into the selector's training, the per-prompt history and the 
 signal, identically on every rank.
 
     curriculum/weight/easy|medium|hard   the schedule's bucket weights for the step just trained
-    curriculum/bucket                    the bucket that step drew (0 easy, 1 medium, 2 hard)
+    curriculum/bucket                    the mean bucket of that step's groups (0 easy, 1 medium, 2 hard):
+                                         the bucket it drew, unless data.mix_buckets
     curriculum/predicted_informative     1 - the selector's mean flat probability over the step's
-                                         candidates (batch and spares), once it is calibrated
+                                         candidates (batch and spares; by bucket, weighted by the
+                                         buckets' shares of the groups), once it is calibrated
     curriculum/moved/<from>_<to>         prompts the online difficulty moved, since the last write
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
-from grpo_aug.algo.group_stats import counted_mean, informative_share
+from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.distributed import gather_per_rank
+from grpo_aug.prompts.curriculum import Seen
 from grpo_aug.prompts.likelihood import reference_logprobs
 from grpo_aug.prompts.selection import Picked, PromptSelection
 from grpo_aug.rollout.groups import SampledGroups
+
+
+def bucket_totals(sampled: SampledGroups, flat_predicted: dict[str, float] | None) -> torch.Tensor:
+    """Per bucket (rows in BUCKETS order): reward sum and count of the scored rows, groups with reward
+    spread, groups with a defined std, groups, and the selector's predicted informative share and
+    1 if it has one (summed over ranks, the last two give the mean over ranks)."""
+    rewards, device = sampled.rewards, sampled.rewards.device
+    stats = group_stats(rewards, sampled.valid)
+    totals = torch.zeros(len(BUCKETS), 7, dtype=torch.float64, device=device)  # [3, 7]
+    of = torch.tensor([BUCKETS.index(p.bucket) for p in sampled.prompts], device=device)  # [N]
+    for k, bucket in enumerate(BUCKETS):
+        mine = of == k  # [N]
+        if not bool(mine.any()):
+            continue
+        scored = sampled.scored[mine]  # [n, G]
+        has = stats.has_std[mine]  # [n]
+        predicted = None if flat_predicted is None else flat_predicted.get(bucket)
+        totals[k] = torch.tensor([
+            torch.where(scored, rewards[mine].to(torch.float64), 0.0).sum().item(), float(scored.sum()),
+            float((stats.informative[mine] & has).sum()), float(has.sum()), float(mine.sum()),
+            0.0 if predicted is None else 1.0 - predicted, float(predicted is not None)], dtype=torch.float64)
+    return totals
+
+
+def seen_by_bucket(totals: torch.Tensor) -> dict[str, Seen]:
+    """The schedule's view of a step from `bucket_totals` summed over ranks: each bucket that had groups."""
+    groups = float(totals[:, 4].sum())
+    seen = {}
+    for k, bucket in enumerate(BUCKETS):
+        reward_sum, scored, informative, has_std, n, predicted, ranks = totals[k].tolist()
+        if n == 0:
+            continue
+        seen[bucket] = Seen(reward_sum / max(scored, 1.0), informative / has_std if has_std else 0.0,
+                            predicted / ranks if ranks else None, n / groups)
+    return seen
 
 
 class PromptFeed:
@@ -65,19 +102,15 @@ class PromptFeed:
             return {}
         weights = self.schedule.weights(rollout_step, self.total_steps)
         values = {f"curriculum/weight/{b}": w for b, w in weights.items()}
-        bucket = sampled.prompts[0].bucket
-        # averaged over ranks: an adaptive or bandit schedule must move the same way everywhere; the
-        # predictor's state (calibrated or not) is the same on every rank
-        predicted = float("nan") if picked.flat_predicted is None else 1.0 - picked.flat_predicted
-        signal = torch.stack([counted_mean(sampled.rewards, sampled.scored).float(),
-                              informative_share(sampled.rewards, sampled.valid).float(),
-                              torch.tensor(predicted, device=sampled.rewards.device)])  # [3]
-        reward, informative, predicted = self.ranks.reduce(signal, "mean").tolist()
-        self.schedule.observe(rollout_step, bucket, reward, informative,
-                              predicted=None if math.isnan(predicted) else predicted)
-        if not math.isnan(predicted):
-            values["curriculum/predicted_informative"] = predicted
-        values["curriculum/bucket"] = float(BUCKETS.index(bucket))
+        # pooled over ranks: an adaptive or bandit schedule must move the same way everywhere (with
+        # mixed batches, each rank holds its own mix of the buckets)
+        totals = self.ranks.reduce(bucket_totals(sampled, picked.flat_predicted), "sum")  # [3, 7]
+        seen = seen_by_bucket(totals)
+        self.schedule.observe(rollout_step, seen)
+        predicted = [(s.share, s.predicted) for s in seen.values() if s.predicted is not None]
+        if predicted and len(predicted) == len(seen):
+            values["curriculum/predicted_informative"] = sum(w * p for w, p in predicted)
+        values["curriculum/bucket"] = sum(BUCKETS.index(b) * s.share for b, s in seen.items())
         return values
 
     def window_metrics(self) -> dict[str, float]:

@@ -34,6 +34,7 @@ import random
 from collections.abc import Callable
 from typing import NamedTuple
 
+from grpo_aug.data.bucket_shares import draw_like
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
@@ -48,9 +49,9 @@ class Picked(NamedTuple):
     skipped: int  # candidates skipped
     considered: int  # candidates screened (the batch and its replacements)
     references: dict[str, float]  # prompt id -> log p(reference solution); empty when the selector does not read it
-    # mean predicted flat probability of every candidate drawn (batch and spares); None: the
-    # predictor is not a calibrated probability yet (or there is none)
-    flat_predicted: float | None = None
+    # per bucket, the mean predicted flat probability of its candidates drawn (batch and spares);
+    # None: the predictor is not a calibrated probability yet (or there is none)
+    flat_predicted: dict[str, float] | None = None
 
 
 class Gathered(NamedTuple):
@@ -93,7 +94,7 @@ class PromptSelection:
         (needed by a selector that reads it)."""
         if not self.predictor.active:
             return Picked(list(batch), frozenset(), 0, len(batch), {})
-        spares = self.pool(batch[0].bucket, len(batch) * self.spares_per_slot, step, 1, {p.id for p in batch},
+        spares = draw_like(self.pool, batch, len(batch) * self.spares_per_slot, step, 1, {p.id for p in batch},
                            purpose="select") if self.spares_per_slot else []
         references: dict[str, float] = {}
         if self.predictor.likelihood:
@@ -102,10 +103,12 @@ class PromptSelection:
             references = dict(zip((p.id for p in [*batch, *spares]), score([*batch, *spares]), strict=True))
         flat_predicted = None
         if self.predictor.calibrated:  # before _choose: learning happens after the rollout, not here
-            everyone = [*batch, *spares]
-            flat_predicted = sum(self.predictor.flat_probability(len(p.prompt), p.bucket, self.history.get(p.id),
-                                                                 step, references.get(p.id))
-                                 for p in everyone) / len(everyone)
+            everyone, flat_predicted = [*batch, *spares], {}
+            for bucket in dict.fromkeys(p.bucket for p in everyone):
+                mine = [p for p in everyone if p.bucket == bucket]
+                flat_predicted[bucket] = sum(self.predictor.flat_probability(
+                    len(p.prompt), p.bucket, self.history.get(p.id), step, references.get(p.id)) for p in mine
+                ) / len(mine)
         kept, audited, skipped, considered = self._choose(batch, spares, step, references)
         if not kept:  # a step never rolls out nothing: the first prompt goes anyway, as an audit
             kept, audited, skipped = [batch[0]], {batch[0].id}, skipped - 1

@@ -17,6 +17,7 @@ import torch
 
 from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.algo.masks import overlong_penalty
+from grpo_aug.data.bucket_shares import draw_like
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.engines import Engine, Rollout
@@ -254,7 +255,7 @@ class GroupRollout:
         for round_ in range(1, f.max_rounds + 1 if f.refill else 1):
             used = {p.id for r in rounds for p in r.prompts}
             need = wanted - informative
-            extra = self.prompt_pool(batch[0].bucket, need, step, round_, used) if need > 0 else []
+            extra = draw_like(self.prompt_pool, batch, need, step, round_, used) if need > 0 else []
             if not (bool(extra) if self.any_rank is None else self.any_rank(bool(extra))):
                 break
             if not extra:  # another rank refills: its sharded forwards need this rank's, on a stand-in, discarded

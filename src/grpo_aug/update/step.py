@@ -65,8 +65,8 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         tool_calls=ro.tool_calls[rows], tool_failures=ro.tool_failures[rows],
         tool_tokens=ro.given[rows].sum(dim=1), row_tokens=ro.completion_mask[rows].sum(dim=1))
     return StepReport(
-        bucket=sampled.prompts[0].bucket, rewards=sampled.rewards, scored=sampled.scored, counted=sampled.valid,
-        present=present,
+        buckets=tuple(p.bucket for p in sampled.prompts), rewards=sampled.rewards, scored=sampled.scored,
+        counted=sampled.valid, present=present,
         valid=step.valid, distinct=sampled.distinct, temperatures=sampled.rollout.temperatures,
         lengths=sampled.rollout.written.sum(dim=1)[present.reshape(-1)],
         truncated=sampled.rollout.truncated[present.reshape(-1).to(sampled.rollout.truncated.device)],
