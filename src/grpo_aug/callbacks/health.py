@@ -130,7 +130,8 @@ class WindowedMeans:
     """Weighted means per name, flushed when the optimizer step crosses a multiple of `every`.
 
     Metrics are created on first sight; every rank sees the same names in the same steps (same
-    ladder, same bucket), so compute() all-reduces them in the same order everywhere.
+    ladder; every bucket, with weight 0 where a step has none), so compute() all-reduces them in
+    the same order everywhere.
     """
 
     def __init__(self, every: int) -> None:

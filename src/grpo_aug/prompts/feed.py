@@ -85,7 +85,7 @@ class PromptFeed:
 
     def pick(self, batch: list[Prompt], rollout_step: int, policy: torch.nn.Module) -> Picked:
         """The prompts to roll out: the selector skips those likely to give a flat group (replaced
-        from the same bucket)."""
+        from the batch's buckets)."""
         def score(prompts: list[Prompt]) -> list[float]:  # log p(reference solution | prompt) under the policy now
             texts = self.prompt_format([p.prompt for p in prompts], [p.context for p in prompts])
             return reference_logprobs(policy, self.tokenizer, texts, [p.solution for p in prompts], self.max_tokens)

@@ -1,7 +1,7 @@
 """Acting on the samples before a rollout: which prompts to roll out, and what each rollout showed.
 
 `pick` asks the selector (prompts/predictors.py) for each candidate's skip probability. Spares of
-the same bucket are drawn up front (max_rounds, or spares, x the batch), so that a selector that reads the
+the batch's buckets are drawn up front (max_rounds, or spares, x the batch), so that a selector that reads the
 policy's likelihood of each reference (prompts/likelihood.py) scores every candidate in one forward.
 Then:
 
@@ -241,7 +241,7 @@ class RankedSelection(PromptSelection):
     fewer rows than skipping each with its probability, which lets a share of likely-flat
     prompts through at every draw.
 
-    spares: candidates of the same bucket per batch slot, drawn and scored with the batch; audit:
+    spares: candidates of the batch's buckets per batch slot, drawn and scored with the batch; audit:
     share of the slots given to would-be skips; max_flat: a candidate more likely flat than this
     is never rolled out but as an audit (the step trains on fewer groups)."""
 

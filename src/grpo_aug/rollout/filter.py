@@ -2,7 +2,7 @@
 
 A group whose counted rows all got the same reward has advantage 0 everywhere: it costs a
 forward and backward pass and teaches nothing. With `zero_std` such groups are left out of the
-update; with `refill` the step rolls out more prompts of the same bucket, at most `max_rounds`
+update; with `refill` the step rolls out more prompts of the batch's buckets, at most `max_rounds`
 extra rounds, until it has `data.batch_size` informative groups, then trains on what it has.
 Only rows sampled in this step by the current policy are ever used (on-policy).
 """

@@ -2,7 +2,7 @@
 
 `GroupRollout.sample_round` rolls out one batched call for a list of prompts; `sample` adds
 DAPO-style dynamic sampling: while fewer than `data.batch_size` groups have reward spread, it
-rolls out fresh prompts of the same bucket (never earlier rows) for at most
+rolls out fresh prompts of the batch's buckets (never earlier rows) for at most
 `rollout.filter.max_rounds` extra rounds. Preflight uses `sample_round` on its own.
 """
 
