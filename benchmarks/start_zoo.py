@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sample_efficiency import ARMS, BUCKETS, ROOT, run_arm  # noqa: E402
@@ -83,6 +85,12 @@ def diagnose(run_dir: Path) -> dict:
     for tag, points in scalars.items():
         if tag.startswith("rollout/reward_by_temperature/"):
             out["reward_T" + tag.rsplit("/", 1)[1]] = _mean(points)
+    config = run_dir / ".hydra" / "config.yaml"
+    if config.is_file() and yaml.safe_load(config.read_text())["data"].get("mix_buckets"):
+        # mixed batches hold the weights' shares (each bucket floor or ceil of its slots)
+        for b in BUCKETS:
+            out[f"share_{b}"] = _mean(scalars.get(f"curriculum/weight/{b}", []))
+        return out
     drawn = [int(v) for _, v in scalars.get("curriculum/bucket", [])]
     for i, b in enumerate(BUCKETS):
         if drawn:

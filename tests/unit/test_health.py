@@ -66,7 +66,7 @@ def test_callback_logs_weighted_means_per_interval_buckets_and_vanished_rungs():
              ([[1.0, 0.0]], [0.7, 1.0], hard, 0.2), ([[0.0, 0.0]], [0.7, 1.0], hard, 0.3)]
     for step, (rewards, temps, batch, kl_max) in enumerate(steps, start=1):
         trainer = SimpleNamespace(global_step=step, loggers=[rec], is_global_zero=True)
-        report = make_report(rewards, temps, kl_max=torch.tensor(kl_max), bucket=batch[0].bucket)
+        report = make_report(rewards, temps, kl_max=torch.tensor(kl_max), buckets=(batch[0].bucket,) * len(rewards))
         cb.on_train_batch_end(trainer, module, {"report": report}, batch, 0)
     (s2, first), (s4, second) = rec.logged
     # steps 1-2: 6 rewards, 3 ones -> 0.5 (weighted by rows, not a mean of step means 0.5, 0.5)
@@ -81,6 +81,20 @@ def test_callback_logs_weighted_means_per_interval_buckets_and_vanished_rungs():
     # per bucket, only at step 4: easy steps 1-2 had 3 ones in 6 rewards, hard steps 3-4 1 in 4
     assert "health/reward_mean/easy" not in first
     assert second["health/reward_mean/easy"] == 0.5 and second["health/reward_mean/hard"] == 0.25
+    assert "health/reward_mean/medium" not in second  # no medium group: no point, not a 0
+
+
+def test_a_mixed_step_splits_its_rewards_by_bucket():
+    rec = Recorder()
+    cb = SampleHealth(every_n_steps=1, bucket_every_n_steps=1)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    trainer = SimpleNamespace(global_step=1, loggers=[rec], is_global_zero=True)
+    # groups: easy 1, 1 | hard 1, 0 | easy 0, 1 -> easy 3 of 4, hard 1 of 2, no medium
+    report = make_report([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], buckets=("easy", "hard", "easy"))
+    cb.on_train_batch_end(trainer, module, {"report": report}, [], 0)
+    (_, logged), = rec.logged
+    assert logged["health/reward_mean/easy"] == 0.75 and logged["health/reward_mean/hard"] == 0.5
+    assert "health/reward_mean/medium" not in logged and logged["health/reward_mean"] == pytest.approx(4 / 6)
 
 
 def test_samples_markdown_escapes_cells():

@@ -159,3 +159,10 @@ def test_first_process_reads_the_launchers_variables(monkeypatch):
     assert first_process()
     monkeypatch.setenv("RANK", "3")  # torchrun
     assert not first_process()
+
+
+def test_the_progress_line_names_the_step_s_bucket_or_its_mix():
+    from grpo_aug.callbacks.progress import bucket_label
+
+    assert bucket_label(("medium",) * 4) == "medium"
+    assert bucket_label(("hard", "easy", "easy", "hard", "easy")) == "easy 3 hard 2"  # in bucket order

@@ -1,5 +1,6 @@
 """Prompt selection: skip probabilities by hand, seeded decisions, audits, learning, metrics."""
 
+import dataclasses
 import math
 import random
 
@@ -26,7 +27,7 @@ class Pool:
 
     def __call__(self, bucket, n, step, round_, used, purpose="refill"):
         self.calls.append((bucket, n, round_, purpose))
-        return [p for p in POOL if p.id not in used][:n]
+        return [dataclasses.replace(p, bucket=bucket) for p in POOL if p.id not in used][:n]
 
 
 def test_history_selector_probabilities_by_hand():
@@ -263,7 +264,14 @@ def test_pick_reports_the_mean_flat_probability_of_every_candidate_once_calibrat
     batch = _prompts(12)[8:]  # "Q: What is 8 + 1?\nA: " has 21 characters (0.02), "... 10 + 1? ..." 22 (0.04)
     warm = RankedSelection(ByLength(True), PromptHistory(), Pool(), spares=1).pick(batch, 0)
     # 4 batch (0.02, 0.02, 0.04, 0.04) + 4 spares r0..r3 (0.02 each)
-    assert warm.flat_predicted == pytest.approx((6 * 0.02 + 2 * 0.04) / 8)
+    assert warm.flat_predicted == {"easy": pytest.approx((6 * 0.02 + 2 * 0.04) / 8)}
+    # a mixed batch: spares in its proportions, each bucket's mean on its own
+    mixed = _prompts(10)[8:] + _prompts(12, "hard", "h")[10:]  # easy 0.02, 0.02; hard 0.04, 0.04
+    pool = Pool()
+    by_bucket = RankedSelection(ByLength(True), PromptHistory(), pool, spares=1).pick(mixed, 0)
+    assert pool.calls == [("easy", 2, 1, "select"), ("hard", 2, 1, "select")]
+    # the pool's spares are single-digit questions (0.02 each), whatever the bucket asked
+    assert by_bucket.flat_predicted == {"easy": pytest.approx(0.02), "hard": pytest.approx((2 * 0.04 + 2 * 0.02) / 4)}
     cold = RankedSelection(ByLength(False), PromptHistory(), Pool(), spares=1).pick(batch, 0)
     assert cold.flat_predicted is None
     assert not LearnedPredictor(warmup_groups=2).calibrated and not HistoryPredictor().calibrated
