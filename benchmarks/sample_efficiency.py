@@ -71,6 +71,13 @@ ARMS = {
                       *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
                       "data.mix_buckets=true"],
     "bandit_mixed": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=true"],
+    # ... and each bucket's prompts without replacement (data.without_replacement): TRL's sampling
+    "uniform_mixed_wor": ["curriculum=staged",
+                          "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+                          *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
+                          "data.mix_buckets=true", "data.without_replacement=true"],
+    "bandit_mixed_wor": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=true", "data.without_replacement=true"],
+    "bandit_wor": [*BANDIT, *NO_SELECTOR, "data.without_replacement=true"],
     "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false"],  # plain + the ladder
     "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]"],  # plain + the zero-std filter
     "online": [*ONLINE, *NO_SELECTOR],

@@ -145,7 +145,7 @@ def test_resume_from_a_checkpoint_continues_at_the_saved_step(tmp_path):
     assert last["global_step"] == 6
 
 
-MIXED = ["data.mix_buckets=true", "data.batch_size=6", "curriculum=staged",
+MIXED = ["data.mix_buckets=true", "data.without_replacement=true", "data.batch_size=6", "curriculum=staged",
          "curriculum.stages=[{until:1.0,weights:{easy:0.5,medium:0.25,hard:0.25}}]"]
 
 

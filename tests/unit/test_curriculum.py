@@ -385,3 +385,69 @@ def test_a_mixed_bucket_short_of_its_count_passes_the_rest_to_its_nearest():
     # 4 medium asked, 1 there; 3 pass on, easy first (hard, as near, holds its own 4 of its 5)
     assert (buckets.count("medium"), buckets.count("easy"), buckets.count("hard")) == (1, 3, 4)
     assert all(i in moved[b] for i, b in drawn) and len({i for i, _ in drawn}) == 8
+
+
+def _counts_spread(drawn, bucket):
+    """max - min of how often each prompt of the bucket was drawn."""
+    counts = [sum(i == j for j, b in drawn if b == bucket) for i in INDICES[bucket]]
+    return max(counts) - min(counts)
+
+
+def test_without_replacement_every_prompt_comes_once_per_pass():
+    uniform = StagedSchedule([{"until": 1.0, "weights": {"easy": 0.34, "medium": 0.33, "hard": 0.33}}])
+    sampler = CurriculumBatchSampler(INDICES, 10, uniform, 60, seed=1, mix=True, without_replacement=True)
+    steps = list(sampler)  # 600 draws, ~200 per bucket of 100
+    drawn = [pair for batch in steps for pair in batch]
+    for b in ("easy", "medium", "hard"):
+        first, seen = [], 0
+        for batch in steps:  # the steps whose draws all fall in the first pass
+            mine = [i for i, x in batch if x == b]
+            if seen + len(mine) > 100:
+                break
+            first += mine
+            seen += len(mine)
+        assert len(first) > 90 and len(set(first)) == len(first)  # no prompt twice within a pass
+        # ~2 passes: every prompt twice, give or take one where a step spans two passes
+        assert _counts_spread(drawn, b) <= 2
+    # at random, the same draws leave prompts out and repeat others
+    at_random = [pair for batch in CurriculumBatchSampler(INDICES, 10, uniform, 60, seed=1, mix=True) for pair in batch]
+    assert all(_counts_spread(at_random, b) >= 4 for b in ("easy", "medium", "hard"))
+
+
+def test_without_replacement_one_bucket_steps_and_ranks():
+    schedule = StagedSchedule([{"until": 1.0, "weights": {"easy": 0.5, "hard": 0.5}}])
+    ranks = [CurriculumBatchSampler(INDICES, 4, schedule, 50, seed=2, rank=r, world_size=2, without_replacement=True)
+             for r in range(2)]
+    steps = [a + b for a, b in zip(ranks[0], ranks[1], strict=True)]
+    assert all(len({i for i, _ in step}) == 8 and len({b for _, b in step}) == 1 for step in steps)
+    easy = [i for step in steps for i, b in step if b == "easy"]
+    assert len(easy) >= 100 and sorted(easy[:100]) == INDICES["easy"]
+
+
+def test_without_replacement_resumes_where_the_passes_stood():
+    def make():
+        return CurriculumBatchSampler(INDICES, 6, BanditSchedule(initial={"easy": 0.5, "medium": 0.4}), 80, seed=4,
+                                      mix=True, without_replacement=True)
+
+    def drive(sampler, steps, state_at=None):
+        it, out, state = iter(sampler), [], None
+        pending = next(it)
+        for k in range(steps):
+            batch, pending = pending, next(it, None)
+            out.append(batch)
+            buckets = [b for _, b in batch]
+            sampler.schedule.observe(sampler.start_step + k, {
+                b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
+                for b in dict.fromkeys(buckets)})
+            if state_at is not None and sampler.start_step + k + 1 == state_at:
+                # as the datamodule saves: the cursors at the next step to train, though the
+                # sampler has already drawn it
+                state = {**sampler.state_dict(), "next_step": state_at, "cursors": sampler.cursors_at(state_at)}
+        return out, state
+
+    full, state = drive(make(), 80, state_at=30)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert drive(resumed, 50)[0] == full[30:]
+    with pytest.raises(ValueError, match="saved without it"):
+        make().load_state_dict({**state, "cursors": None})

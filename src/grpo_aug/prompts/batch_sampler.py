@@ -15,6 +15,13 @@ or the ceiling of weight x slots, its expected count exactly), then each bucket'
 and the whole is shuffled before the ranks take their slices. One update then averages over every
 bucket the schedule weights, as a whole-pool shuffle does (TRL's GRPOTrainer): from the zoo's starts
 that is where TRL led grpo-aug's one-bucket batches (docs/sample-efficiency.md).
+
+Without replacement (data.without_replacement): a bucket's prompts are drawn in a seeded order, a new one for
+each pass, so no prompt comes back before every prompt of its bucket has come once (an epoch per
+bucket, as a shuffled dataloader draws); without it each step draws at random, and over a run some
+prompts come many times while others never do. Each bucket's place in its order (a cursor) moves
+by what the step drew; the cursors at each step are kept, saved with the checkpoint and restored,
+so a resumed run continues the same order.
 """
 
 from __future__ import annotations
@@ -40,8 +47,14 @@ class CurriculumBatchSampler:
         start_step: int = 0,
         buckets_at: Callable[[int], Mapping[str, Sequence[int]]] | None = None,
         mix: bool = False,
+        without_replacement: bool = False,
     ) -> None:
         self.mix = mix
+        self.passes = without_replacement
+        self._order_key: tuple | None = None  # the last pass order built, reused while the pool stays
+        self._order: list[int] = []
+        # bucket -> prompts drawn so far in pass order, at the start of each step (recent steps only)
+        self.cursors: dict[int, dict[str, int]] = {start_step: dict.fromkeys(BUCKETS, 0)}
         self.buckets_at = buckets_at
         self.bucket_indices = {b: list(ix) for b, ix in bucket_indices.items()}
         self.batch_size = batch_size
@@ -84,8 +97,8 @@ class CurriculumBatchSampler:
             enough = [b for b in BUCKETS if len(members.get(b, ())) >= per_step]
             bucket = min(enough, key=lambda b: (abs(BUCKETS.index(b) - BUCKETS.index(bucket)), BUCKETS.index(b)))
         rng = random.Random(f"{self.seed}-prompts-{step}")
-        chosen = rng.sample(list(members[bucket]), per_step)
-        return [(i, bucket) for i in chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]]
+        chosen = self.take(step, {bucket: per_step}, members, rng)
+        return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
 
     def draw_mixed(self, step: int) -> list[tuple[int, str]]:
         weights = self.schedule.weights(step, self.total_steps)
@@ -105,9 +118,42 @@ class CurriculumBatchSampler:
                     if other != bucket and room > 0:
                         counts[other] += room
                         short -= room
-        chosen = [(i, b) for b in BUCKETS if counts[b] > 0 for i in rng.sample(list(members[b]), counts[b])]
+        chosen = self.take(step, counts, members, rng)
         rng.shuffle(chosen)  # every rank's slice mixes the buckets too
         return chosen[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+
+    def take(self, step: int, counts: Mapping[str, int], members: Mapping[str, Sequence[int]],
+             rng: random.Random) -> list[tuple[int, str]]:
+        """counts[b] distinct prompts of each bucket b: at random, or the next ones in pass order."""
+        if not self.passes:
+            return [(i, b) for b in BUCKETS if counts.get(b, 0) > 0 for i in rng.sample(list(members[b]), counts[b])]
+        if step not in self.cursors:
+            raise RuntimeError(f"data.without_replacement: step {step} drawn out of order (the sampler's passes "
+                               f"are known from step {min(self.cursors)} to {max(self.cursors)})")
+        cursor, chosen = dict(self.cursors[step]), []
+        for b in BUCKETS:
+            pool, mine = list(members.get(b, ())), set()
+            while len(mine) < min(counts.get(b, 0), len(pool)):
+                # pass p of bucket b: its members in a seeded order; a step that spans two passes
+                # skips a prompt the first already gave it
+                i = self.order(b, cursor[b] // len(pool), pool)[cursor[b] % len(pool)]
+                cursor[b] += 1
+                if i not in mine:
+                    mine.add(i)
+                    chosen.append((i, b))
+        self.cursors[step + 1] = cursor
+        for old in [k for k in self.cursors if k < step - 64]:
+            del self.cursors[old]  # a checkpoint reads a step at most `rollout.ahead` + 2 behind
+        return chosen
+
+    def order(self, bucket: str, n: int, pool: list[int]) -> list[int]:
+        """Pass n of a bucket whose members are `pool`: a seeded permutation."""
+        key = (bucket, n, tuple(pool))
+        if self._order_key != key:
+            self._order = list(pool)
+            random.Random(f"{self.seed}-pass-{bucket}-{n}").shuffle(self._order)
+            self._order_key = key
+        return self._order
 
     def batch_at(self, step: int) -> list[int]:
         return [i for i, _ in self.draw(step)]
@@ -120,7 +166,12 @@ class CurriculumBatchSampler:
             yield self.draw(step)
 
     def state_dict(self) -> dict:
-        return {"next_step": self.position, "seed": self.seed, "schedule": self.schedule.state_dict()}
+        return {"next_step": self.position, "seed": self.seed, "schedule": self.schedule.state_dict(),
+                "cursors": self.cursors_at(self.position)}
+
+    def cursors_at(self, step: int) -> dict[str, int] | None:
+        """Where each bucket's pass order stands at the start of `step` (None: with replacement)."""
+        return dict(self.cursors[step]) if self.passes else None
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
@@ -128,6 +179,11 @@ class CurriculumBatchSampler:
                              "its batches cannot be continued")
         self.start_step = self.position = int(state["next_step"])
         self.schedule.load_state_dict(state["schedule"])
+        if self.passes:
+            if state.get("cursors") is None:
+                raise UsageError("data.without_replacement=true, but the checkpoint was saved without it: where its "
+                                 "passes stood is unknown")
+            self.cursors = {self.position: {b: int(v) for b, v in state["cursors"].items()}}
 
     def __len__(self) -> int:
         # the whole run, not what is left: a resumed Lightning loop restores its batch index

@@ -105,12 +105,14 @@ class PromptDataModule(RecordData):
         eval_path: str | None = None,
         ahead: int = 0,
         mix_buckets: bool = False,
+        without_replacement: bool = False,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches). ahead: rollout.ahead,
         batches drawn before the one in training (k more in all, and k more at a checkpoint).
         mix_buckets: every batch holds the buckets in the schedule's proportions, instead of one
-        bucket drawn with them."""
+        bucket drawn with them. without_replacement: a bucket's prompts come in seeded passes, none
+        twice before all have come once (prompts/batch_sampler.py)."""
         super().__init__()
         if batch_size < 1:
             raise UsageError(f"data.batch_size must be >= 1, got {batch_size}")
@@ -122,6 +124,8 @@ class PromptDataModule(RecordData):
         self.updates_per_batch = updates_per_batch
         self.ahead = ahead
         self.mix_buckets = bool(mix_buckets)
+        self.without_replacement = bool(without_replacement)
+        self.sampler: CurriculumBatchSampler | None = None  # the training loader's, for its pass cursors
         self.total_steps = -(-total_steps // updates_per_batch) + ahead  # batches, rounded up
         self.batch_size = batch_size
         self.heldout_per_bucket = heldout_per_bucket
@@ -183,7 +187,7 @@ class PromptDataModule(RecordData):
         online = self.members_at if self.history.difficulty.online else None
         return CurriculumBatchSampler(
             indices, self.batch_size, self.schedule, self.total_steps, self.seed, rank, world_size, start_step, online,
-            self.mix_buckets,
+            self.mix_buckets, self.without_replacement,
         )
 
     def bucket_of(self, record: Prompt, step: int) -> str:
@@ -201,6 +205,7 @@ class PromptDataModule(RecordData):
         sampler = self.make_sampler(0, rank, self._world_size())
         if self._restored is not None:
             sampler.load_state_dict(self._restored)
+        self.sampler = sampler
         return DataLoader(BucketedRecords(self.train_records), batch_sampler=sampler, collate_fn=_collate)
 
     def state_dict(self) -> dict:
@@ -212,7 +217,8 @@ class PromptDataModule(RecordData):
         done = self.trainer.global_step // self.updates_per_batch if self.trainer is not None else 0
         done += self.ahead * (done > 0)  # the queued batches are in the module's checkpoint state
         return {"next_step": done, "seed": self.seed, "schedule": self.schedule.state_dict(),
-                "history": self.history.state_dict()}
+                "history": self.history.state_dict(),
+                "cursors": None if self.sampler is None else self.sampler.cursors_at(done)}
 
     def load_state_dict(self, state: dict) -> None:
         self._restored = state
