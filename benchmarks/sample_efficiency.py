@@ -51,47 +51,47 @@ sys.path.insert(0, str(ROOT / "src"))
 from grpo_aug.data.records import BUCKETS  # noqa: E402
 from grpo_aug.eventlog import read_events  # noqa: E402
 
-# every arm but `default` names its curriculum and selector, so that it keeps its meaning when the
-# defaults move
+# every arm but `default` (and the arms that add one lever to it) names its curriculum, selector and
+# batch sampling, so that it keeps its meaning when the defaults move
+ONE = ["data.mix_buckets=false", "data.without_replacement=false"]  # one bucket per batch, prompts at random
+MIXED = ["data.mix_buckets=true", "data.without_replacement=false"]  # mixed batches, prompts at random
+MIXED_WOR = ["data.mix_buckets=true", "data.without_replacement=true"]  # mixed, prompts in passes (TRL's way)
 ADAPTIVE = ["curriculum=adaptive"]
 BANDIT = ["curriculum=bandit"]
 NO_SELECTOR = ["rollout/selector=none"]
 LEARNED = ["rollout/selector=learned"]
 ONLINE = [*ADAPTIVE, "data/difficulty=online"]
 ARMS = {
-    "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
+    "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *ONE],
     # plain, its buckets drawn a third each (one bucket per batch): TRL's whole-pool shares
     "uniform": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
-                *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false"],
-    "adaptive": [*ADAPTIVE, *NO_SELECTOR],
+                *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *ONE],
+    "adaptive": [*ADAPTIVE, *NO_SELECTOR, *ONE],
     # mixed batches (data.mix_buckets): every batch holds the buckets in the curriculum's shares
-    "plain_mixed": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
-                    "data.mix_buckets=true"],
+    "plain_mixed": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED],
     "uniform_mixed": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
-                      *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
-                      "data.mix_buckets=true"],
-    "bandit_mixed": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=true"],
+                      *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED],
+    "bandit_mixed": [*BANDIT, *NO_SELECTOR, *MIXED],
     # ... and each bucket's prompts without replacement (data.without_replacement): TRL's sampling
     "uniform_mixed_wor": ["curriculum=staged",
                           "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
-                          *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false",
-                          "data.mix_buckets=true", "data.without_replacement=true"],
-    "bandit_mixed_wor": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=true", "data.without_replacement=true"],
-    "bandit_wor": [*BANDIT, *NO_SELECTOR, "data.without_replacement=true"],
-    "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false"],  # plain + the ladder
-    "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]"],  # plain + the zero-std filter
-    "online": [*ONLINE, *NO_SELECTOR],
-    "history": [*ONLINE, "rollout/selector=history"],
-    "learned": [*ONLINE, *LEARNED],
-    "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2"],
-    "bandit": [*BANDIT, *NO_SELECTOR],
-    "bandit_t1": [*BANDIT, *NO_SELECTOR, "rollout.temperatures=[1.0]"],  # the default without its ladder
-    "bandit_history": [*BANDIT, "rollout/selector=history"],
-    "bandit_learned": [*BANDIT, *LEARNED],
+                          *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED_WOR],
+    "bandit_mixed_wor": [*BANDIT, *NO_SELECTOR, *MIXED_WOR],
+    "bandit_wor": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=false", "data.without_replacement=true"],
+    "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false", *ONE],  # plain + the ladder
+    "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", *ONE],  # plain + the zero-std filter
+    "online": [*ONLINE, *NO_SELECTOR, *ONE],
+    "history": [*ONLINE, "rollout/selector=history", *ONE],
+    "learned": [*ONLINE, *LEARNED, *ONE],
+    "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2", *ONE],
+    "bandit": [*BANDIT, *NO_SELECTOR, *ONE],
+    "bandit_t1": [*BANDIT, *NO_SELECTOR, "rollout.temperatures=[1.0]", *ONE],  # `bandit` without its ladder
+    "bandit_history": [*BANDIT, "rollout/selector=history", *ONE],
+    "bandit_learned": [*BANDIT, *LEARNED, *ONE],
     "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.prompts.selection.PromptSelection",
                             "~rollout.selector.max_flat", "~rollout.selector.spares", "rollout.selector.audit=0.1",
                             "+rollout.selector.max_rounds=2",
-                            "rollout.selector.predictor.likelihood=false"],
+                            "rollout.selector.predictor.likelihood=false", *ONE],
     "default": [],
     "default_os2": ["rollout.oversample=2"],
     "guided": ["rollout/reflect=prefix"],

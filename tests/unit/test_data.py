@@ -1,4 +1,5 @@
 import json
+import logging
 import os
 import re
 
@@ -140,13 +141,21 @@ def test_skip_leaves_bad_rows_out_counts_and_summarises(tmp_path, caplog):
         read_gsm8k(path, "{question}", on_bad_row="ignore")
 
 
-def test_a_bucket_the_schedule_needs_but_lacks_fails_at_setup(tmp_path):
+def test_a_bucket_the_schedule_needs_but_lacks_fails_at_setup(tmp_path, caplog):
     path = tmp_path / "easy_only.jsonl"
     path.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": "<<1+1=2>>2\n#### 2"}) for i in range(40)))
     schedule = StagedSchedule([{"until": 0.5, "weights": {"easy": 1.0}}, {"until": 1.0, "weights": {"hard": 1.0}}])
-    dm = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2)
+    dm = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2,
+                          mix_buckets=False)
     with pytest.raises(ValueError, match=r"curriculum.stages\[1\].weights.hard asks for bucket 'hard', but it has 0"):
         dm.setup("fit")
+    # mixed batches (the default) give hard's slots to the nearest bucket with prompts, and say so
+    mixed = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2)
+    with caplog.at_level(logging.WARNING):
+        mixed.setup("fit")
+    assert "curriculum.stages[1].weights.hard may weight bucket 'hard', which has no training prompts" in caplog.text
+    late = list(mixed.make_sampler(0, 0, 1))[5:]  # the hard stage
+    assert all(b == "easy" for batch in late for _, b in batch)
 
 
 def test_missing_data_file_names_the_path(tmp_path):
@@ -201,9 +210,16 @@ def test_bad_schedule_fails_naming_the_problem(stages, message):
 def test_schedule_needing_an_empty_bucket_fails_at_setup():
     source = SyntheticArithmetic(size_per_bucket=20, seed=0)
     schedule = StagedSchedule([{"until": 1.0, "weights": {"hard": 1.0}}])
-    dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)
+    dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10, mix_buckets=False)
     with pytest.raises(ValueError, match=r"curriculum.stages\[0\].weights.hard asks for bucket 'hard', but it has 10 "):
         dm.setup("fit")
+    # mixed: its 10 hard prompts and 6 of the nearest bucket; 30 in all is still too few for 32
+    mixed = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)
+    mixed.setup("fit")
+    assert sorted(b for _, b in mixed.make_sampler(0, 0, 1).draw(0)) == ["hard"] * 10 + ["medium"] * 6
+    with pytest.raises(ValueError, match="the data holds 30 training prompts, fewer than data.batch_size x world "
+                                         "size = 32"):
+        mixed.make_sampler(0, 0, 2)
 
 
 @pytest.mark.parametrize("val_batch_size, world, per_rank", [(10, 2, 2), (10, 3, 1), (4, 2, 5), (4, 4, 3)])

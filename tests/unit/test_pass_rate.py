@@ -44,15 +44,20 @@ def test_a_dataset_run_is_tiered_by_the_starting_policy_before_training(tmp_path
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     fast = ["trainer.max_steps=4", "data.batch_size=2", "rollout.group_size=4", "rollout.max_new_tokens=4",
             "model.warmup.steps=0"]  # debug=fast's sizes, without its synthetic-data key
-    cfg = compose_cfg(tmp_path, [*fast, "data=dataset", f"data.source.path={path}",
-                                 "data.source.tiers=pass_rate", "data.source.pass_rate_samples=2",
-                                 "data.source.prompt_template='Q: {question}\nA: '", "data.heldout_per_bucket=2",
-                                 "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
-                                 "model.tiny.intermediate_size=64"])
+    overrides = ["data=dataset", f"data.source.path={path}", "data.source.tiers=pass_rate",
+                 "data.source.pass_rate_samples=2", "data.source.prompt_template='Q: {question}\nA: '",
+                 "data.heldout_per_bucket=2", "model.tiny.hidden_size=32", "model.tiny.num_layers=2",
+                 "model.tiny.num_heads=2", "model.tiny.intermediate_size=64"]
+    cfg = compose_cfg(tmp_path, [*fast, *overrides])
     caplog.set_level(logging.INFO)
-    # a random-weight policy solves nothing: every prompt is hard, and the curriculum, which
-    # starts on easy prompts, stops the run before training with the counts in the log
+    # a random-weight policy solves nothing: every prompt is hard, and a one-bucket curriculum,
+    # which may draw easy, stops the run before training with the counts in the log (mixed batches,
+    # the default, pass an empty bucket's slots to its neighbours instead)
+    one_bucket = compose_cfg(tmp_path, [*fast, *overrides, "data.mix_buckets=false"])
     with pytest.raises(ValueError, match="bucket 'easy'"):
-        build_parts(cfg)
+        build_parts(one_bucket)
     assert "tiers=pass_rate (training, 22 prompts): easy 0  medium 0  hard 22; no sample right: 22" in caplog.text
     assert "tiers=pass_rate (held-out, 2 prompts)" in caplog.text
+    _, data, _ = build_parts(cfg)  # mixed batches: every slot goes to hard, the one bucket with prompts
+    first = next(iter(data.make_sampler(0, 0, 1)))
+    assert len(first) == 2 and {b for _, b in first} == {"hard"}

@@ -66,11 +66,14 @@ class CurriculumBatchSampler:
         self.start_step = start_step
         self.position = start_step  # the next step this sampler hands out
         per_step = batch_size * world_size
-        if mix:
-            have = sum(len(self.bucket_indices.get(b, ())) for b in schedule.buckets_used())
+        # buckets the schedule may weight that hold no prompt: a mixed batch gives their slots to
+        # the nearest buckets (the DataModule says so at setup); one bucket per batch cannot
+        self.empty = {b: key for b, key in schedule.buckets_used().items() if not self.bucket_indices.get(b)}
+        if mix:  # a bucket short of its slots passes them on: only the whole pool must fill a step
+            have = sum(len(ix) for ix in self.bucket_indices.values())
             if have < per_step:
-                raise UsageError(f"the curriculum's buckets hold {have} training prompts, fewer than "
-                                 f"data.batch_size x world size = {per_step}")
+                raise UsageError(f"the data holds {have} training prompts, fewer than data.batch_size x world size "
+                                 f"= {per_step}")
             return
         for bucket, key in schedule.buckets_used().items():
             have = len(self.bucket_indices.get(bucket, ()))

@@ -104,8 +104,8 @@ class PromptDataModule(RecordData):
         prompt_format: PlainPrompt | ChatPrompt | None = None,
         eval_path: str | None = None,
         ahead: int = 0,
-        mix_buckets: bool = False,
-        without_replacement: bool = False,
+        mix_buckets: bool = True,
+        without_replacement: bool = True,
     ) -> None:
         """total_steps counts optimizer steps; each batch is rolled out once and trained on
         `updates_per_batch` times (algo.num_iterations x algo.minibatches). ahead: rollout.ahead,
@@ -175,7 +175,10 @@ class PromptDataModule(RecordData):
     def start_buckets(self) -> None:
         self.history.start({r.id: r.bucket for r in self.train_records})
         # fail now, not at the step that first needs the bucket
-        self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
+        sampler = self.make_sampler(start_step=0, rank=0, world_size=self._world_size())
+        for bucket, key in sampler.empty.items():
+            log.warning("%s may weight bucket %r, which has no training prompts: its share of each batch goes to "
+                        "the nearest buckets", key, bucket)
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self.trainer is not None else 1
