@@ -1,7 +1,8 @@
 """rollout.ahead=0 takes the code path generation ahead left alone: the same 15-step run, through
 this tree and through the commit before generation ahead existed (a git worktree), logs the same
 numbers for every TensorBoard tag to 1e-6. The default selector has changed since (issue 49: none, not
-learned), so this tree runs with the learned selector the old default had; the prompt-spread tags
+learned; issue 49 again: mixed batches, prompts without replacement), so this tree runs with the
+learned selector and the one-bucket, with-replacement draws the old default had; the prompt-spread tags
 (prompts/*) are new and are the only ones the old code lacks. Runs on one machine part after ~20 steps
 (docs/robustness.md), so 15 steps, side by side in one test."""
 
@@ -36,7 +37,8 @@ def test_ahead_zero_logs_what_the_code_before_it_logged(tmp_path):
         pytest.skip(f"no commit {BEFORE} in this clone (a shallow clone?): {added.stderr.strip()[:200]}")
     try:
         run(old, tmp_path / "old" / "run", [])
-        run(ROOT, tmp_path / "new" / "run", ["rollout.ahead=0", "rollout/selector=learned"])
+        run(ROOT, tmp_path / "new" / "run", ["rollout.ahead=0", "rollout/selector=learned", "data.mix_buckets=false",
+                                             "data.without_replacement=false"])
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)
     before, after = read_scalars(tmp_path / "old" / "run"), read_scalars(tmp_path / "new" / "run")
