@@ -192,15 +192,18 @@ def build_chat_model(out: Path) -> Path:
 
 
 class DecisionLog(L.Callback):
-    """Writes what this rank decided at each step (bucket, temperature ladder, beta, lr) to
-    `<out>/decisions-rank<R>.json` at the end of training: ranks must agree on all of it."""
+    """Writes what this rank decided at each step (the curriculum's bucket weights, temperature
+    ladder, beta, lr) to `<out>/decisions-rank<R>.json` at the end of training: ranks must agree on
+    all of it. (Not the batch's buckets: a mixed batch gives each rank its own mix.)"""
 
     def __init__(self, out: str) -> None:
         self.out, self.seen = Path(out), {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        self.seen[step] = {"bucket": batch[0].bucket, "ladder": list(pl_module.rollout.temperatures),
+        feed = pl_module.feed
+        self.seen[step] = {"weights": feed.schedule.weights(batch_idx, feed.total_steps),
+                           "ladder": list(pl_module.rollout.temperatures),
                            "beta": pl_module.algo.beta(step), "lr": trainer.optimizers[0].param_groups[0]["lr"]}
 
     def on_train_end(self, trainer, pl_module) -> None:
