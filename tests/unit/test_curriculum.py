@@ -349,29 +349,33 @@ def test_mixed_batches_hold_every_bucket_in_its_share_across_ranks():
     assert mixed_ranks >= 30  # shuffled before the ranks take their slices
 
 
+def _drive_mixed(sampler, steps, state_at=None):
+    """_drive for mixed batches: each bucket of a step reports its share of the groups (easy 0.2,
+    medium 0.7, hard 0.4 informative). The state at `state_at` is saved as the datamodule saves
+    it: with the cursors at the next step to train, though the sampler has already drawn it."""
+    it, out, state = iter(sampler), [], None
+    pending = next(it)
+    for k in range(steps):
+        batch, pending = pending, next(it, None)
+        out.append(batch)
+        buckets = [b for _, b in batch]
+        sampler.schedule.observe(sampler.start_step + k, {
+            b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
+            for b in dict.fromkeys(buckets)})
+        if state_at is not None and sampler.start_step + k + 1 == state_at:
+            state = {**sampler.state_dict(), "next_step": state_at, "cursors": sampler.cursors_at(state_at)}
+    return out, state
+
+
 def test_mixed_bandit_resume_yields_exactly_the_uninterrupted_batches():
     def make():
         return CurriculumBatchSampler(INDICES, 6, BanditSchedule(initial={"easy": 0.5, "medium": 0.4}), 50, seed=4,
                                       mix=True)
 
-    def drive(sampler, steps, state_at=None):
-        it, out, state = iter(sampler), [], None
-        pending = next(it)
-        for k in range(steps):
-            batch, pending = pending, next(it, None)
-            out.append(batch)
-            buckets = [b for _, b in batch]
-            sampler.schedule.observe(sampler.start_step + k, {
-                b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
-                for b in dict.fromkeys(buckets)})
-            if state_at is not None and sampler.start_step + k + 1 == state_at:
-                state = {**sampler.state_dict(), "next_step": state_at}
-        return out, state
-
-    full, state = drive(make(), 50, state_at=20)
+    full, state = _drive_mixed(make(), 50, state_at=20)
     resumed = make()
     resumed.load_state_dict(state)
-    assert drive(resumed, 30)[0] == full[20:]
+    assert _drive_mixed(resumed, 30)[0] == full[20:]
     late = [b for batch in full[30:] for _, b in batch]
     assert late.count("medium") > 0.6 * len(late)  # the bucket that teaches holds most of each batch
 
@@ -429,25 +433,9 @@ def test_without_replacement_resumes_where_the_passes_stood():
         return CurriculumBatchSampler(INDICES, 6, BanditSchedule(initial={"easy": 0.5, "medium": 0.4}), 80, seed=4,
                                       mix=True, without_replacement=True)
 
-    def drive(sampler, steps, state_at=None):
-        it, out, state = iter(sampler), [], None
-        pending = next(it)
-        for k in range(steps):
-            batch, pending = pending, next(it, None)
-            out.append(batch)
-            buckets = [b for _, b in batch]
-            sampler.schedule.observe(sampler.start_step + k, {
-                b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
-                for b in dict.fromkeys(buckets)})
-            if state_at is not None and sampler.start_step + k + 1 == state_at:
-                # as the datamodule saves: the cursors at the next step to train, though the
-                # sampler has already drawn it
-                state = {**sampler.state_dict(), "next_step": state_at, "cursors": sampler.cursors_at(state_at)}
-        return out, state
-
-    full, state = drive(make(), 80, state_at=30)
+    full, state = _drive_mixed(make(), 80, state_at=30)
     resumed = make()
     resumed.load_state_dict(state)
-    assert drive(resumed, 50)[0] == full[30:]
+    assert _drive_mixed(resumed, 50)[0] == full[30:]
     with pytest.raises(ValueError, match="saved without it"):
         make().load_state_dict({**state, "cursors": None})

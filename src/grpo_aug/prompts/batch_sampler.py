@@ -50,7 +50,7 @@ class CurriculumBatchSampler:
         without_replacement: bool = False,
     ) -> None:
         self.mix = mix
-        self.passes = without_replacement
+        self.without_replacement = without_replacement
         self._order_key: tuple | None = None  # the last pass order built, reused while the pool stays
         self._order: list[int] = []
         # bucket -> prompts drawn so far in pass order, at the start of each step (recent steps only)
@@ -128,18 +128,19 @@ class CurriculumBatchSampler:
     def take(self, step: int, counts: Mapping[str, int], members: Mapping[str, Sequence[int]],
              rng: random.Random) -> list[tuple[int, str]]:
         """counts[b] distinct prompts of each bucket b: at random, or the next ones in pass order."""
-        if not self.passes:
+        if not self.without_replacement:
             return [(i, b) for b in BUCKETS if counts.get(b, 0) > 0 for i in rng.sample(list(members[b]), counts[b])]
         if step not in self.cursors:
             raise RuntimeError(f"data.without_replacement: step {step} drawn out of order (the sampler's passes "
                                f"are known from step {min(self.cursors)} to {max(self.cursors)})")
         cursor, chosen = dict(self.cursors[step]), []
         for b in BUCKETS:
-            pool, mine = list(members.get(b, ())), set()
+            pool, mine = tuple(members.get(b, ())), set()
             while len(mine) < min(counts.get(b, 0), len(pool)):
-                # pass p of bucket b: its members in a seeded order; a step that spans two passes
+                # pass n of bucket b: its members in a seeded order; a step that spans two passes
                 # skips a prompt the first already gave it
-                i = self.order(b, cursor[b] // len(pool), pool)[cursor[b] % len(pool)]
+                n, at = divmod(cursor[b], len(pool))
+                i = self.order(b, n, pool)[at]
                 cursor[b] += 1
                 if i not in mine:
                     mine.add(i)
@@ -149,9 +150,9 @@ class CurriculumBatchSampler:
             del self.cursors[old]  # a checkpoint reads a step at most `rollout.ahead` + 2 behind
         return chosen
 
-    def order(self, bucket: str, n: int, pool: list[int]) -> list[int]:
-        """Pass n of a bucket whose members are `pool`: a seeded permutation."""
-        key = (bucket, n, tuple(pool))
+    def order(self, bucket: str, n: int, pool: tuple[int, ...]) -> list[int]:
+        """Pass n of a bucket whose members are `pool`: a seeded permutation (the last one kept)."""
+        key = (bucket, n, pool)
         if self._order_key != key:
             self._order = list(pool)
             random.Random(f"{self.seed}-pass-{bucket}-{n}").shuffle(self._order)
@@ -174,7 +175,7 @@ class CurriculumBatchSampler:
 
     def cursors_at(self, step: int) -> dict[str, int] | None:
         """Where each bucket's pass order stands at the start of `step` (None: with replacement)."""
-        return dict(self.cursors[step]) if self.passes else None
+        return dict(self.cursors[step]) if self.without_replacement else None
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
@@ -182,7 +183,7 @@ class CurriculumBatchSampler:
                              "its batches cannot be continued")
         self.start_step = self.position = int(state["next_step"])
         self.schedule.load_state_dict(state["schedule"])
-        if self.passes:
+        if self.without_replacement:
             if state.get("cursors") is None:
                 raise UsageError("data.without_replacement=true, but the checkpoint was saved without it: where its "
                                  "passes stood is unknown")
