@@ -57,9 +57,12 @@ def test_the_pass_rate_pre_pass_samples_through_the_engine(tmp_path, caplog):
                                  "data.source.pass_rate_samples=2", "data.source.prompt_template='Q: {question}\nA: '",
                                  "data.heldout_per_bucket=1"])
     caplog.set_level(logging.INFO)
-    with pytest.raises(ValueError, match="bucket 'easy'"):  # a random policy solves nothing: all hard
-        build_parts(cfg)
+    _, data, _ = build_parts(cfg)  # a random policy solves nothing: all hard
     assert re.search(r"tiers=pass_rate \(training, (\d+) prompts\): easy 0  medium 0  hard \1;", caplog.text)
+    # mixed batches (the default) pass the empty buckets' slots to hard, with a warning at setup
+    assert "bucket 'easy', which has no training prompts" in caplog.text
+    first = next(iter(data.make_sampler(0, 0, 1)))
+    assert len(first) == 2 and {b for _, b in first} == {"hard"}
 
 
 @pytest.mark.slow
