@@ -77,6 +77,9 @@ ARMS = {
                           "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
                           *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED_WOR],
     "bandit_mixed_wor": [*BANDIT, *NO_SELECTOR, *MIXED_WOR],
+    # ... with a larger exploration share: every bucket gets at least explore / 3 of each batch
+    "bandit_mixed_wor_e30": [*BANDIT, "curriculum.explore=0.3", *NO_SELECTOR, *MIXED_WOR],
+    "bandit_mixed_wor_e45": [*BANDIT, "curriculum.explore=0.45", *NO_SELECTOR, *MIXED_WOR],
     "bandit_wor": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=false", "data.without_replacement=true"],
     "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false", *ONE],  # plain + the ladder
     "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", *ONE],  # plain + the zero-std filter
