@@ -14,6 +14,7 @@ and evaluates it with grpo-aug's held-out evaluation (benchmarks/trl_learning.py
     python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit trl
     python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
     python benchmarks/start_zoo.py --starts wseed3_800 --extra module.rollout.seed=1 --out rs1.json  # a repeat
+    python benchmarks/start_zoo.py --table zoo.json rs1.json  # each run averaged with its repeat
     python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out seed1.json  # the run's seed 1: see below
 
 A repeat of a start changes only the rollout's random stream (`module.rollout.seed`): the same
@@ -25,7 +26,9 @@ split) and another tiny base model before the warm-up: another start, on another
 Final = mean of the held-out evaluations at steps 100, 150 and 200 (every 50 steps, greedy, 200
 prompts per bucket); start = the step-0 evaluation. Prints one JSON line per run, then the table:
 per bucket the start, each arm's final and gain, and each arm's final minus plain's; then the
-run times. `--table <json>` prints the table of a saved results file.
+run times. `--table <json>` prints the table of a saved results file; `--table <json> <json> ...`
+(a run and its repeats) averages each (start, arm) found in every file and adds how far the
+repeats' finals lie apart.
 """
 
 from __future__ import annotations
@@ -138,6 +141,41 @@ def run_start(start: str, arms: list[str], cache: Path, workdir: Path, extra: li
                 out.write_text(json.dumps(results, indent=1))
 
 
+def mean_runs(files: list[dict]) -> dict:
+    """The runs of each (start, arm) found in every results file (a run and its repeats), averaged:
+    per bucket each evaluation, the final, and `spread_<bucket>`, the finals' max - min."""
+    out: dict = {}
+    for start, runs in files[0].items():
+        for arm in runs:
+            repeats = [f[start][arm] for f in files if arm in f.get(start, {})]
+            if len(repeats) < len(files):
+                continue
+            run = {"wall_s": statistics.mean(r["wall_s"] for r in repeats), "repeats": len(repeats)}
+            for b in BUCKETS:
+                run[b] = [statistics.mean(v) for v in zip(*(r[b] for r in repeats), strict=True)]
+                finals = [r[f"final_{b}"] for r in repeats]
+                run[f"final_{b}"] = statistics.mean(finals)
+                run[f"spread_{b}"] = max(finals) - min(finals)
+            out.setdefault(start, {})[arm] = run
+    return out
+
+
+def spread_table(results: dict, arms: list[str]) -> list[str]:
+    """Per arm, how far its repeats' finals lie apart (max - min per start): the mean and the widest."""
+    runs = {a: [r[a] for r in results.values() if a in r and "spread_easy" in r[a]] for a in arms}
+    if not any(runs.values()):
+        return []
+    out = ["**Repeats** (per start, max - min of the repeats' finals: mean over starts, widest)", "",
+           "| arm | repeats | " + " | ".join(f"{b} spread: mean, widest" for b in BUCKETS) + " |",
+           "|---" * (2 + len(BUCKETS)) + "|"]
+    for a, done in runs.items():
+        if done:
+            cells = [f"{statistics.mean(r[f'spread_{b}'] for r in done):.3f}, "
+                     f"{max(r[f'spread_{b}'] for r in done):.3f}" for b in BUCKETS]
+            out.append(f"| {a} | {done[0]['repeats']} | " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
 def table(results: dict) -> str:
     arms = list(dict.fromkeys(a for runs in results.values() for a in runs))
     out = []
@@ -164,6 +202,7 @@ def table(results: dict) -> str:
                         if both else "")
         out += ["| mean | | " + " | ".join(means + gaps) + " |", ""]
     out += summary_table(results, arms)
+    out += spread_table(results, arms)
     out += why_table(results, arms)
     out += ["| start | " + " | ".join(f"{a} run s" for a in arms) + " |", "|---" * (1 + len(arms)) + "|"]
     for start, runs in results.items():
@@ -225,7 +264,9 @@ def main() -> None:
                         help="warm-up cache (default: the project's; earlier builds are reused)")
     parser.add_argument("--jobs", type=int, default=1, help="starts run at once, each with cores/jobs threads")
     parser.add_argument("--out", type=Path, default=None, help="JSON results file, rewritten after every run")
-    parser.add_argument("--table", type=Path, default=None, help="print the table of a saved results file and exit")
+    parser.add_argument("--table", type=Path, nargs="+", default=None,
+                        help="print the table of saved results files and exit; several files (a run and its "
+                             "repeats): each (start, arm) found in all of them, averaged")
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (data sample, base model, streams; not 0: "
                         "rows <start>@seed<n>)")
@@ -233,14 +274,16 @@ def main() -> None:
                         help="with --table: fill each run's `why` from <dir>/<start>-<arm> (kept run directories)")
     args = parser.parse_args()
     if args.table is not None:
-        results = json.loads(args.table.read_text())
+        files = [json.loads(path.read_text()) for path in args.table]
         if args.diagnose is not None:
-            for start, runs in results.items():
+            if len(files) > 1:
+                parser.error("--diagnose fills one results file: give --table one file")
+            for start, runs in files[0].items():
                 for arm, run in runs.items():
                     if (args.diagnose / f"{start}-{arm}" / "tensorboard").is_dir():
                         run["why"] = diagnose(args.diagnose / f"{start}-{arm}")
-            args.table.write_text(json.dumps(results, indent=1))
-        print(table(results))
+            args.table[0].write_text(json.dumps(files[0], indent=1))
+        print(table(files[0] if len(files) == 1 else mean_runs(files)))
         return
     results: dict = json.loads(args.out.read_text()) if args.out is not None and args.out.is_file() else {}
     todo = [s for s in args.starts if any(a not in results.get(key(s, args.seed), {}) for a in args.arms)]
