@@ -24,6 +24,7 @@ from grpo_aug.callbacks import Alerts, SampleHealth
 from grpo_aug.callbacks.run_record import RunRecord
 from grpo_aug.dashboard import custom_scalar_layout, plot_health
 from grpo_aug.errors import UsageError
+from grpo_aug.models.gguf import resolve_model_path
 from grpo_aug.models.loading import checkpoint_policy, save_pretrained_dir
 from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
@@ -43,7 +44,9 @@ def prepare_model(model: ModelSettings, records, cache_dir: str, seed: int, tool
     """The path the policy loads from: name_or_path, or the built tiny model; then the warm-up
     (tools: the rollout's, whose protocol a share of the demonstrations is written in)."""
     path, base_id = model.name_or_path, None
-    if path is None:
+    if path is not None:  # a GGUF file (maybe inside a package): its cached transformers folder
+        path = resolve_model_path(path, model.gguf_file, model.package, cache_dir)
+    else:
         path = model.tiny(cache_dir=cache_dir, seed=seed)
         base_id = Path(path).name  # named by its build settings, the same on every machine
     if model.warmup is not None and model.warmup.steps > 0:

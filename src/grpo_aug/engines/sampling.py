@@ -15,6 +15,7 @@ import torch
 from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 
 from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
+from grpo_aug.engines.nucleus import sample_nucleus
 from grpo_aug.engines.types import Rollout
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
@@ -29,7 +30,7 @@ def sample_next_token(
 
     After the temperature, min-p and top-k drop tokens (engines/knobs.py); then nucleus sampling
     per row keeps the smallest prefix of the sorted distribution whose mass reaches top_p (the
-    most likely token always survives).
+    most likely token always survives), found without a full sort (engines/nucleus.py).
     """
     greedy = logits.argmax(dim=-1)  # [N]
     temps = temperatures.clamp(min=1e-5).to(logits.dtype)[:, None]  # [N, 1]
@@ -37,11 +38,7 @@ def sample_next_token(
     if top_k > 0 or min_p > 0.0:
         probs = filter_probs(probs, top_k, min_p)  # [N, V] renormalised
     if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)  # [N, V]
-        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        picked = torch.multinomial(sorted_probs, 1, generator=generator)  # [N, 1]
-        sampled = order.gather(-1, picked).squeeze(-1)  # [N]
+        sampled = sample_nucleus(probs, top_p, generator)  # [N]
     else:
         sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [N]
     return torch.where(temperatures > 0, sampled, greedy)

