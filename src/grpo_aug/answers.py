@@ -9,6 +9,8 @@ Markers, in the order `markers` lists them; the first one found in the completio
     tag        '<answer>...</answer>' (R1-style); a \\boxed{} inside it is unwrapped
     answer_is  'The (final) answer is 42'
     a_line     an 'A: 42' line
+    equals     a number right after '=', 'equals' or 'is equal to' ('So, 47 + 8 = 55.'): how
+               instruct models state a result in prose (answer=free_text)
 `patterns` are extra regexes (one group each), tried before the markers. With no marker found,
 `fallback_last_number` takes the completion's last number.
 
@@ -35,6 +37,7 @@ _NUM = ANSWER_NUMBER
 _HASH = re.compile(r"####\s*(" + _NUM + ")")
 _ANSWER_IS = re.compile(r"[Tt]he (?:final )?answer is[:\s]*(" + _NUM + ")")
 _A_LINE = re.compile(r"(?:^|\n)\s*A:\s*(" + _NUM + ")")
+_EQUALS = re.compile(r"(?:=|\bequals|\bis equal to)[ \t]*(" + _NUM + ")")
 _ANY_NUMBER = re.compile(_NUM)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _OPEN_TAG, _CLOSE_TAG = "<answer>", "</answer>"
@@ -86,6 +89,7 @@ MARKERS: dict[str, Callable[[str], list[str]]] = {
     "tag": _tagged,
     "answer_is": _regex(_ANSWER_IS),
     "a_line": _regex(_A_LINE),
+    "equals": _regex(_EQUALS),
 }
 
 # -- normalisation ---------------------------------------------------------------------------

@@ -43,9 +43,12 @@ def sharded(model: torch.nn.Module) -> bool:
 
 def rms_norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
     """The model's RMSNorm `module` applied to x."""
-    # HF's RMSNorm computes in float32; for float32 activations torch's fused rms_norm is that
+    # HF's RMSNorm normalises in float32, casts back, then scales by the weight: for float32
+    # activations torch's fused rms_norm is that; for bf16 the same three steps, in three calls
     if x.dtype == torch.float32:
         return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+    if x.dtype == module.weight.dtype:
+        return module.weight * F.rms_norm(x.float(), (x.shape[-1],), None, module.variance_epsilon).to(x.dtype)
     return module(x)
 
 

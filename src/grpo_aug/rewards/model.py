@@ -17,10 +17,9 @@ from collections.abc import Sequence
 import torch
 
 from grpo_aug.data.records import Prompt
+from grpo_aug.dtypes import DTYPES
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards.trl import conversations_of
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ModelReward:
