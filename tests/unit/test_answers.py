@@ -141,3 +141,32 @@ def test_r1_reward_config_scores_answer_and_format(tmp_path):
     wrong = "<think>\nx\n</think>\n<answer>\n4\n</answer>"
     scores = reward.score([_prompt("5")], [[R1_STYLE, "<answer>5</answer>", wrong]])
     assert scores.total.tolist() == [[2.0, 1.0, 1.0]]  # answer + format
+
+
+FREE_TEXT = AnswerFormat(markers=["hash", "boxed", "answer_is", "equals"], fallback_last_number=True)
+
+
+@pytest.mark.parametrize("completion, stated", [
+    # SmolLM2-135M-Instruct's own greedy answers to the synthetic questions (answer=free_text)
+    ("To add 94 and 2, you simply add them together: 94 + 2 = 130.", "130"),
+    ("To convert 57 + 4 to a decimal, you can simply add 57 and 4. 57 + 4 equals 61.", "61"),
+    ("To solve this problem, you need to first subtract 4 from 27, which is 7, and then add 7.\n\n"
+     "So, 27 + 7 = 24, and 24 - 7 = 13.\n\nSo, 27 + ", "13"),  # cut at max_new_tokens: the last '=' stands
+    ("43 - 3 - 6 - 1 = 12", "12"),
+    ("Therefore, 47 + 8 is equal to 55.", "55"),
+    ("To add 47 and 8, we need to combine them. The answer is 55.", "55"),
+    ("47 + 8 = 54. Wait: the answer is 55", "55"),  # an explicit statement beats an earlier '='
+    ("The final answer is $\\boxed{55}$. Check: 55 - 8 = 47", "55"),  # so does \boxed{}
+    ("<<47+8=55>>55\n#### 55", "55"),
+    ("First we add 47 and 8 which gives 55", "55"),  # no marker: the last number
+    ("I cannot compute that.", None),
+])
+def test_free_text_answers(completion, stated):
+    found = FREE_TEXT.extract(completion)
+    assert (found if found is None else normalize(found)) == stated
+
+
+def test_free_text_compares_by_value():
+    assert FREE_TEXT.correct("So, 47 + 8 = 55.00", "55")
+    assert FREE_TEXT.correct("The answer is 1,055.", "1055")
+    assert not FREE_TEXT.correct("So, 47 + 8 = 15.", "55")
