@@ -45,6 +45,7 @@ class StepReport:
     tool_failures: torch.Tensor | None = None  # of them, calls that raised, timed out or were refused
     tool_tokens: torch.Tensor | None = None  # completion tokens that came from tools
     row_tokens: torch.Tensor | None = None  # completion tokens, tools' included
+    looping: torch.Tensor | None = None  # [R] bool, a token 4-gram repeated > 3 times (algo.masks.loops)
 
 
 def text_samples(sampled, groups: torch.Tensor, advantages: torch.Tensor, group_size: int,

@@ -137,3 +137,33 @@ def test_heldout_below_start_fires_on_the_bucket_that_fell_and_keeps_its_start_o
     quiet.on_validation_end(_trainer(50, [rec]), SimpleNamespace(last_eval=start))
     quiet.on_validation_end(_trainer(100, [rec]), SimpleNamespace(last_eval=later))
     assert quiet.counts["heldout_below_start"] == 0
+
+
+def test_truncation_and_looping_fire_on_their_window_means():
+    cut = [HEALTHY._replace(truncated=0.2)] * 5 + [HEALTHY._replace(truncated=0.4)] * 5  # mean 0.30 > 0.25
+    assert "30.0% of completions were cut" in check(cut, T)["truncation"]
+    assert "truncation" not in check([HEALTHY._replace(truncated=0.25)] * 10, T)
+    looped = [HEALTHY._replace(looping=0.15)] * 10
+    assert "repeat a token 4-gram" in check(looped, T)["looping"]
+    assert "looping" not in check([HEALTHY._replace(looping=0.1)] * 10, T)
+
+
+def test_step_stats_carry_the_truncated_and_looping_shares():
+    report = make_report(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    report = dataclasses.replace(report, truncated=torch.tensor([True, False, False, False]),
+                                 looping=torch.tensor([True, True, False, False]))
+    s = StepStats(*step_stats(report).tolist())
+    assert (s.truncated, s.looping) == (0.25, 0.5)
+
+
+@pytest.mark.parametrize("ids, loops_", [
+    ([1, 2, 3, 4] * 4, True),  # the 4-gram 1 2 3 4 four times
+    ([1, 2, 3, 4] * 3 + [1, 2, 3], False),  # three times, and a partial fourth
+    ([7] * 7, True),  # 7 7 7 7 starts at four places
+    ([7] * 6, False),  # at three
+    ([1, 2, 3], False),  # shorter than the n-gram
+])
+def test_a_row_loops_when_a_4gram_occurs_more_than_three_times(ids, loops_):
+    from grpo_aug.algo.masks import loops
+
+    assert loops(ids) is loops_

@@ -67,6 +67,15 @@ def repetition_mask(ids: Sequence[int], ngram: int, max_repeats: int) -> list[in
     return keep
 
 
+LOOP_NGRAM, LOOP_REPEATS = 4, 3  # a token 4-gram more than 3 times: the row loops (health/looping_frac)
+
+
+def loops(ids: Sequence[int], ngram: int = LOOP_NGRAM, max_repeats: int = LOOP_REPEATS) -> bool:
+    """Whether some token n-gram occurs more than max_repeats times in ids (a degenerate loop)."""
+    grams = Counter(tuple(ids[i : i + ngram]) for i in range(len(ids) - ngram + 1))
+    return bool(grams) and max(grams.values()) > max_repeats
+
+
 @dataclass(frozen=True)
 class LossMask:
     """Which completion tokens carry loss (built from `algo` by AlgoSettings.loss_mask).

@@ -14,6 +14,9 @@ silent for a window. Each firing is one console line, a TensorBoard text entry
     junk_tokens           share of completion characters that are junk (U+FFFD, control characters,
                           letters outside the prompt's script) > max_junk
     tool_failures         share of the window's tool calls that failed > max_tool_failures (rollout/tools)
+    truncation            share of completions cut at rollout.max_new_tokens > max_truncation: the reward
+                          reads answers that were never written, and the loss trains on the cut rows
+    looping               share of completions that loop (a token 4-gram > 3 times) > max_looping
     heldout_below_start   at an evaluation, a bucket's held-out accuracy is more than max_heldout_drop below
                           its step-0 value: the run learns its training prompts, not the task (checked at
                           each evaluation; needs validate_before_training)
@@ -38,7 +41,7 @@ from grpo_aug.report import StepReport
 log = logging.getLogger(__name__)
 
 ALERTS = ("low_std", "high_std", "kl_spike", "low_effective_tokens", "length_polarisation", "non_finite_loss",
-          "junk_tokens", "tool_failures", "heldout_below_start")
+          "junk_tokens", "tool_failures", "heldout_below_start", "truncation", "looping")
 EVAL_PREFIX = "eval/accuracy/"
 
 
@@ -56,6 +59,8 @@ class StepStats(NamedTuple):
     junk: float = 0.0  # share of completion characters that are junk
     tool_calls: float = 0.0  # tool calls this step (rollout/tools)
     tool_failures: float = 0.0  # of them, failed
+    truncated: float = 0.0  # share of completions cut at max_new_tokens
+    looping: float = 0.0  # share of completions that loop
 
 
 def step_stats(report: StepReport) -> torch.Tensor:
@@ -75,6 +80,8 @@ def step_stats(report: StepReport) -> torch.Tensor:
               report.kl_mean, effective, polarisation(p10, p90), report.nonfinite, report.temperatures.max(),
               report.loss_tokens, report.junk_chars / report.completion_chars.clamp(min=1)]
     values += [0.0, 0.0] if report.tool_calls is None else [report.tool_calls.sum(), report.tool_failures.sum()]
+    values += [report.truncated.float().mean() if report.truncated.numel() else 0.0,
+               report.looping.float().mean() if report.looping is not None and report.looping.numel() else 0.0]
     return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=rewards.device) for v in values])
 
 
@@ -89,6 +96,8 @@ class Thresholds(NamedTuple):
     max_junk: float = 0.02
     max_tool_failures: float = 0.25
     max_heldout_drop: float = 0.02
+    max_truncation: float = 0.25
+    max_looping: float = 0.1
 
 
 def low_std_cause(window: Sequence[StepStats], t: Thresholds) -> str:
@@ -146,6 +155,16 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
                                   f"{t.max_tool_failures:g}; the errors are in the transcripts: look at the text "
                                   "samples, check the tool on such arguments, or raise "
                                   "rollout.tools.limits.time_limit_s")
+    cut = statistics.fmean(s.truncated for s in window)
+    if cut > t.max_truncation:
+        fired["truncation"] = (f"{cut:.1%} of completions were cut at rollout.max_new_tokens > {t.max_truncation:g}: "
+                               "their answers were never written; raise rollout.max_new_tokens, ask for shorter "
+                               "answers (system prompt), or algo.mask_truncated=true / algo.overlong_buffer")
+    looped = statistics.fmean(s.looping for s in window)
+    if looped > t.max_looping:
+        fired["looping"] = (f"{looped:.1%} of completions repeat a token 4-gram more than 3 times > {t.max_looping:g}: "
+                            "degenerate loops; lower the temperatures, rollout.repetition_penalty > 1, or "
+                            "algo.repeat_ngram to take the loops out of the loss")
     return fired
 
 

@@ -14,6 +14,7 @@ health/entropy_mean               policy entropy per loss token (collapse toward
 health/adv_abs_mean               mean |advantage| of the rows in the update
 health/clip_frac[_low|_high]      share of loss tokens whose ratio was clipped
 health/truncation_rate            completions that hit max_new_tokens without EOS
+health/looping_frac               completions in which a token 4-gram occurs more than 3 times (a loop)
 health/completion_length_mean, _p10, _p50, _p90
 health/length_polarisation        p90 / p10 of completion lengths: >> 1 means some completions stop
                                   at once while others run long (two populations, not one spread)
@@ -91,6 +92,7 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
         "health/entropy_mean": (report.entropy_mean, loss_tokens),
         "health/adv_abs_mean": (advantages.abs().mean() if advantages.numel() else 0 * one, one * advantages.numel()),
         "health/truncation_rate": (report.truncated.float().mean(), rows),
+        "health/looping_frac": (report.looping.float().mean() if report.looping is not None else 0 * one, rows),
         "health/completion_length_mean": (lengths.mean(), rows),
         "health/junk_frac": (report.junk_chars / report.completion_chars.clamp(min=1), report.completion_chars),
         "rollout/unique_ratio": (report.distinct[report.present].float().mean(), rows),

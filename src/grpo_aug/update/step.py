@@ -8,6 +8,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_aug.algo.group_stats import counted_mean
+from grpo_aug.algo.masks import loops
 from grpo_aug.engines.types import Rollout
 from grpo_aug.report import StepReport, text_samples
 from grpo_aug.rollout.groups import SampledGroups
@@ -61,6 +62,9 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
     laid_out = torch.zeros(len(step.groups), G, dtype=step.advantages.dtype, device=step.advantages.device)
     laid_out[present[step.groups].to(laid_out.device)] = step.update_advantages
     ro, rows = sampled.rollout, present.reshape(-1).to(sampled.rollout.input_ids.device)
+    completion_ids, written = ro.input_ids[:, ro.prompt_len:].cpu(), ro.written.bool().cpu()  # [N*G, T] each
+    looping = torch.tensor([loops(ids[keep].tolist()) for ids, keep in zip(completion_ids, written, strict=True)],
+                           device=device)[rows.to(device)]  # [R]
     tools = None if ro.tool_calls is None else dict(
         tool_calls=ro.tool_calls[rows], tool_failures=ro.tool_failures[rows],
         tool_tokens=ro.given[rows].sum(dim=1), row_tokens=ro.completion_mask[rows].sum(dim=1))
@@ -79,7 +83,7 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
         junk_chars=torch.tensor(float(junk), device=device),
         completion_chars=torch.tensor(float(chars), device=device), ladder=tuple(ladder),
-        samples=text_samples(sampled, step.groups, laid_out.reshape(-1), G), **(tools or {}))
+        samples=text_samples(sampled, step.groups, laid_out.reshape(-1), G), looping=looping, **(tools or {}))
 
 
 def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
