@@ -98,7 +98,9 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     accuracy = HeldoutAccuracy(answer=instantiate(cfg.answer, _convert_="all"))
     engine = instantiate(cfg.rollout.engine)  # the run's hf engine: e.g. its bf16 sampling copy
     records = datamodule.train_records
-    prompt_format = datamodule.prompt_format
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    prompt_format = datamodule.prompt_format.bind(tokenizer, start)  # a chat format needs the template
+    datamodule.prompt_format = prompt_format  # the held-out evaluation formats its prompts the same way
     texts = prompt_format([r.prompt for r in records], [r.context for r in records])
 
     def reward(prompts, completions, idx, **kwargs) -> list[float]:
@@ -106,7 +108,6 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
         return scores.total[:, 0].tolist()
 
     model = AutoModelForCausalLM.from_pretrained(start)
-    tokenizer = AutoTokenizer.from_pretrained(start)
     optimization = Optimization(model_settings.optimizer, model_settings.lr_warmup_steps,
                                 model_settings.lr_final_ratio)
     built = optimization.build(model.parameters(), steps)

@@ -41,6 +41,10 @@ class HFEngine:
             return policy
         if self.copy is None:
             self.copy = copy.deepcopy(policy).requires_grad_(False)
+            # a forward a library wrapped on the instance (accelerate: autocast, outputs cast to
+            # float32) would undo the copy's dtype: the copy runs its class's own forward
+            for wrapped in ("forward", "_original_forward"):
+                vars(self.copy).pop(wrapped, None)
             for p in self.copy.parameters():
                 p.data = p.data.to(dtype)
         with torch.no_grad():
