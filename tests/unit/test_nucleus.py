@@ -78,3 +78,10 @@ def test_a_small_vocabulary_keeps_the_sort_and_its_random_stream():
     want = order.gather(-1, torch.multinomial(sorted_probs, 1, generator=torch.Generator().manual_seed(9))).squeeze(-1)
     assert torch.equal(got, want)
     assert torch.equal(sorted_nucleus(probs, 0.9, torch.Generator().manual_seed(9)), want)
+
+
+def test_a_token_whose_mass_above_equals_top_p_is_out_as_in_the_sort():
+    probs = torch.zeros(1, 2000)
+    probs[0, :3] = torch.tensor([0.5, 0.25, 0.25])  # exact in binary: the third has 0.75 above it
+    assert in_nucleus(probs.expand(3, -1), torch.tensor([0, 1, 2]), 0.75).tolist() == [True, True, False]
+    assert (reference_nucleus(probs, 0.75)[0, :3] > 0).tolist() == [True, True, False]
