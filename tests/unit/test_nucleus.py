@@ -82,6 +82,6 @@ def test_a_small_vocabulary_keeps_the_sort_and_its_random_stream():
 
 def test_a_token_whose_mass_above_equals_top_p_is_out_as_in_the_sort():
     probs = torch.zeros(1, 2000)
-    probs[0, :3] = torch.tensor([0.5, 0.25, 0.25])  # exact in binary: the third has 0.75 above it
+    probs[0, :4] = torch.tensor([0.5, 0.25, 0.125, 0.125])  # exact in binary: the third has 0.75 above it
     assert in_nucleus(probs.expand(3, -1), torch.tensor([0, 1, 2]), 0.75).tolist() == [True, True, False]
     assert (reference_nucleus(probs, 0.75)[0, :3] > 0).tolist() == [True, True, False]
