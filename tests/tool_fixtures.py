@@ -44,8 +44,9 @@ class ForcedFirstCall(HFEngine):
     (under sharded weights they are collectives); its first segment is then replaced, with
     log-prob 0. ranks: the ranks where this happens (None: all)."""
 
-    def __init__(self, first: str = "[1+1]", ranks: list[int] | None = None, captured_decode: bool = False) -> None:
-        super().__init__(captured_decode)
+    def __init__(self, first: str = "[1+1]", ranks: list[int] | None = None, captured_decode: bool = False,
+                 sample_dtype: str | None = None) -> None:
+        super().__init__(captured_decode, sample_dtype)
         self.first, self.ranks = first, ranks
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
@@ -136,8 +137,9 @@ class RaisesMidGeneration(HFEngine):
     policy's `after`-th forward of the decode raises: the engine fails mid-generation while the
     other rank goes on decoding (under FSDP2 its forwards wait on this rank's all-gathers)."""
 
-    def __init__(self, rank: int = 1, step: int = 5, after: int = 3, captured_decode: bool = False) -> None:
-        super().__init__(captured_decode)
+    def __init__(self, rank: int = 1, step: int = 5, after: int = 3, captured_decode: bool = False,
+                 sample_dtype: str | None = None) -> None:
+        super().__init__(captured_decode, sample_dtype)
         self.rank, self.step, self.after = rank, step, after
         self.synced: int | None = None
 
