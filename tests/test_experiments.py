@@ -54,6 +54,7 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
 
     cfg, algo, rollout = _settings(tmp_path, "luspo")
     assert isinstance(algo.ratio, SequenceRatio) and isinstance(algo.loss, RowSum)
+    assert (algo.clip_eps_low, algo.clip_eps_high) == (pytest.approx(2e-3), pytest.approx(2.5e-3))  # TRL paper index
     assert isinstance(algo.surrogate, Clipped) and algo.objective.surrogate is None
 
     cfg, algo, rollout = _settings(tmp_path, "vespo")

@@ -74,7 +74,7 @@ def test_the_loss_gradient_equals_a_per_token_loop_with_weights_on_the_policy_gr
     beta, eps = 0.04, 0.2
 
     logps = (trainer + 0.1 * torch.randn(4, 6, generator=g, dtype=torch.float64)).requires_grad_(True)
-    loss, _ = policy_loss(logps, ref, old, adv, mask, beta=beta, pg_weight=weight)
+    loss, _ = policy_loss(logps, ref, old, adv, mask, beta=beta, is_weight=weight)
     loss.backward()
 
     loop_logps = logps.detach().clone().requires_grad_(True)

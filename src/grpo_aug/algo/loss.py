@@ -37,8 +37,11 @@ def policy_loss(
     clip_ratio_c: float | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
-    pg_weight: torch.Tensor | None = None,
+    kept: torch.Tensor | None = None,
     surrogate=None,
+    is_weight: torch.Tensor | None = None,
+    kl_ratio_weighted: bool = False,
+    bonus_share: float | torch.Tensor = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
@@ -48,8 +51,16 @@ def policy_loss(
     token's objective is at least clip_ratio_c * A, so one huge ratio cannot dominate the update.
     ref_logps None (no reference model: beta is 0 for the whole run) means no KL term.
     `entropy` must carry gradient when entropy_coef > 0 (the bonus rewards spread-out distributions).
-    `pg_weight` [..., T] (detached) scales each token's policy-gradient term, not its KL: the
-    engine-trainer mismatch correction (algo/engine_correction), and the entropy mask.
+    `kept` [..., T] bool: the tokens the policy-gradient term and the entropy bonus act on (the
+    top_entropy_quantile mask; None: every loss token); the KL keeps every loss token.
+    `is_weight` [..., T] (detached): the engine-trainer mismatch correction (algo/engine_correction),
+    which multiplies each token's policy-gradient term, not its KL; a surrogate that weighs whole
+    rows (VESPO) folds its log into the row's weight instead, as TRL 1.16 does.
+    `kl_ratio_weighted`: the KL estimate of each token times its (differentiable) importance ratio,
+    TRL's `use_bias_correction_kl`: the rows were sampled by the old policy, not the current one.
+    The entropy bonus is, as in TRL, the mean entropy over the tokens it acts on, whatever the
+    loss's aggregation; `bonus_share` is this call's share of the update's loss tokens (its rows
+    are a chunk of the update), so that the chunks' bonuses add up to a token-weighted mean.
     `surrogate`: a policy-gradient term from algo/objectives.py in place of the PPO clip (None:
     the clip; the clip settings are then unused).
     """
@@ -70,18 +81,27 @@ def policy_loss(
             low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
             high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
     else:
-        pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t)  # [..., T]
+        folds = is_weight is not None and getattr(surrogate, "folds_is_weight", False)
+        extra = {"is_weight": is_weight} if folds else {}
+        pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t, **extra)  # [..., T]
         low, high = bounds["low"], bounds["high"]
+        if folds:
+            is_weight = None
     if ref_logps is None:
         kl_tokens = torch.zeros_like(logps)  # [..., T]
     else:
         kl_tokens = kl(logps, ref_logps, LOG_RATIO_BOUND)  # [..., T]
-    if pg_weight is not None:
-        pg = pg * pg_weight  # [..., T]
+        if kl_ratio_weighted:
+            kl_tokens = kl_tokens * ratio_t  # [..., T]
+    if is_weight is not None:
+        pg = pg * is_weight  # [..., T]
+    if kept is not None:
+        pg = pg * kept.to(pg.dtype)  # [..., T]
     per_token = pg - beta * kl_tokens  # [..., T]
-    if entropy_coef and entropy is not None:
-        per_token = per_token + entropy_coef * entropy
     loss = -aggregate(per_token.reshape(-1, T), mask.reshape(-1, T))
+    if entropy_coef and entropy is not None:
+        acts = mask if kept is None else mask * kept.to(mask.dtype)  # [..., T]
+        loss = loss - entropy_coef * bonus_share * (entropy * acts).sum() / acts.sum().clamp(min=1.0)
 
     with torch.no_grad():
         on = mask > 0
@@ -113,15 +133,18 @@ class ClippedObjective:
     clip_ratio_c: float | None = None
     entropy_coef: float = 0.0
     surrogate: Any = None  # algo/objectives.py's term in place of the clip; None: the clip
+    kl_ratio_weighted: bool = False
 
     def __call__(self, logps: torch.Tensor, ref_logps: torch.Tensor | None, old_logps: torch.Tensor,
                  advantages: torch.Tensor, mask: torch.Tensor, beta: float, aggregate: Aggregate,
-                 entropy: torch.Tensor | None = None, pg_weight: torch.Tensor | None = None,
+                 entropy: torch.Tensor | None = None, kept: torch.Tensor | None = None,
+                 is_weight: torch.Tensor | None = None, bonus_share: float | torch.Tensor = 1.0,
                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return policy_loss(logps, ref_logps, old_logps, advantages, mask, beta=beta, clip_eps_low=self.clip_eps_low,
                            clip_eps_high=self.clip_eps_high, kl=self.kl, aggregate=aggregate, ratio=self.ratio,
                            clip_ratio_c=self.clip_ratio_c, entropy=entropy, entropy_coef=self.entropy_coef,
-                           pg_weight=pg_weight, surrogate=self.surrogate)
+                           kept=kept, surrogate=self.surrogate, is_weight=is_weight,
+                           kl_ratio_weighted=self.kl_ratio_weighted, bonus_share=bonus_share)
 
 
 STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")

@@ -12,7 +12,9 @@ there). The conventions are TRL 1.16's `GRPOTrainer` (`loss_type`), whose papers
              leaves 1, tau_pos for positive advantages and the steeper tau_neg for the others (SAPO)
     vespo    sg(phi(w)) A log pi with w the row's sequence ratio (the product of its token ratios)
              and phi(w) = e^lambda w^k e^(-lambda w), 1 at w = 1, falling to 0 at both ends;
-             (k, lambda) per advantage sign (VESPO)
+             (k, lambda) per advantage sign (VESPO). On rows an external engine sampled, w is
+             against the sampler: the engine correction's capped token weights join w (token_*
+             modes only), and no per-token weight multiplies the term (TRL 1.16)
 
 LUSPO is GSPO's sequence ratio with each row's loss summed over its tokens, not averaged:
 `algo/ratio=sequence algo/loss=row_sum` (conf/experiment/luspo.yaml).
@@ -51,7 +53,8 @@ class CISPO:
 
     def pg(self, log_ratio, logps, adv, mask, ratio):
         weight = ratio.clamp(max=self.max_ratio).detach()  # [..., T]
-        capped = ratio > self.max_ratio  # [..., T]
+        # the logged share counts capped tokens with A > 0 only, as TRL 1.16's cispo_clip_ratio does
+        capped = (ratio > self.max_ratio) & (adv > 0)  # [..., T]
         return weight * adv * logps, {"low": torch.zeros_like(capped), "high": capped}
 
 
@@ -83,6 +86,9 @@ class VESPO:
     lambda_neg: float = 2.0
 
     name = "vespo"
+    # rows an external engine sampled: the log of each token's capped engine/trainer weight joins the
+    # row's log w (w = pi / pi_sampler), in place of a per-token multiply (TRL 1.16)
+    folds_is_weight = True
 
     def __post_init__(self) -> None:
         if min(self.k_pos, self.lambda_pos, self.k_neg, self.lambda_neg) <= 0:
@@ -97,8 +103,11 @@ class VESPO:
             lam = torch.where(adv >= 0, log_w.new_tensor(self.lambda_pos), log_w.new_tensor(self.lambda_neg))
             return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0)  # [..., 1]
 
-    def pg(self, log_ratio, logps, adv, mask, ratio):
+    def pg(self, log_ratio, logps, adv, mask, ratio, is_weight=None):
         seq = (log_ratio * mask).sum(-1, keepdim=True)  # [..., 1]
+        if is_weight is not None:  # a weight the cap set to 0 counts as 1e-8, as in TRL
+            log_is = torch.log(is_weight.detach()).clamp(math.log(1e-8), 20.0)  # [..., T]
+            seq = seq + (log_is * mask).sum(-1, keepdim=True)  # [..., 1]
         phi = self.weights(seq, adv)  # [..., 1]
         small = (phi < 0.5).expand_as(logps)  # rows the weighting kept at under half the plain gradient
         w_low = (seq < 0).expand_as(logps)

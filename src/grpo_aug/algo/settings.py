@@ -23,6 +23,7 @@ class AlgoSettings:
     loss: Any = field(default_factory=RowMean)  # an aggregation variant from algo/loss
     beta: Any = field(default_factory=ConstantBeta)  # a KL-coefficient schedule from algo/beta
     kl: Any = k3_kl  # a KL estimator from algo/kl: (logps, ref_logps, bound) -> per-token KL
+    kl_ratio_weighted: bool = False  # each token's KL times its importance ratio (TRL's use_bias_correction_kl)
     ratio: Any = field(default_factory=TokenRatio)  # the importance-ratio level from algo/ratio
     engine_correction: Any = field(default_factory=TokenTruncate)  # algo/engine_correction: external engines' rows
     surrogate: Any = field(default_factory=Clipped)  # the policy-gradient term from algo/surrogate
@@ -70,6 +71,10 @@ class AlgoSettings:
              f"got {self.surrogate!r}"),
             (not (isinstance(self.surrogate, VESPO) and isinstance(self.ratio, SequenceRatio)),
              "algo/surrogate=vespo weights each row by its own sequence ratio: use algo/ratio=token with it"),
+            (not (isinstance(self.surrogate, VESPO) and getattr(self.engine_correction, "per_row", False)),
+             f"algo/surrogate=vespo folds the engine correction's token weights into its row weight: use "
+             f"algo/engine_correction=token_truncate or token_mask with it (as TRL 1.16), got "
+             f"{type(self.engine_correction).__name__}"),
             (0 < self.top_entropy_quantile <= 1,
              f"algo.top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}"),
             (self.clip_ratio_c is None or self.clip_ratio_c > 1,
@@ -115,7 +120,8 @@ class AlgoSettings:
     def objective(self) -> ClippedObjective:
         """The clipped loss with these settings; beta and the aggregation come per update."""
         return ClippedObjective(self.clip_eps_low, self.clip_eps_high, self.kl, self.ratio, self.clip_ratio_c,
-                                self.entropy_coef, None if isinstance(self.surrogate, Clipped) else self.surrogate)
+                                self.entropy_coef, None if isinstance(self.surrogate, Clipped) else self.surrogate,
+                                self.kl_ratio_weighted)
 
     @property
     def loss_mask(self) -> LossMask:

@@ -18,20 +18,24 @@ def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> 
     on = mask > 0
     if not on.any():
         return on
-    threshold = torch.quantile(entropy[on].float(), 1.0 - quantile)
+    # quantile needs float32 at least; compared in the entropies' own precision if higher
+    threshold = torch.quantile(entropy[on].to(torch.promote_types(entropy.dtype, torch.float32)), 1.0 - quantile)
     return (entropy >= threshold) & on
 
 
 def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObjective, correct: Callable,
                step: PreparedStep, rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
-               top_entropy_quantile: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               top_entropy_quantile: float = 1.0, update_tokens: torch.Tensor | None = None,
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of `rows` (indices into the step's rows), on them trimmed to their longest completion.
 
     correct: algo.engine_correction, for rows an external engine sampled. entropy: measure the
     policy's entropy on this chunk (the first update of a rollout logs it); with an entropy bonus
     every chunk measures it, with its gradient. top_entropy_quantile < 1: the policy-gradient term
-    acts only on the chunk's loss tokens whose entropy is in that top share (`entropy_mask`); the
-    KL term and the aggregation's denominators still count every loss token, as in TRL.
+    and the entropy bonus act only on the chunk's loss tokens whose entropy is in that top share
+    (`entropy_mask`); the KL term and the aggregation's denominators still count every loss token,
+    as in TRL. update_tokens: the loss tokens of the whole update (every rank's), which the chunk's
+    share of the entropy bonus is counted against (None: the chunk is the whole update).
     """
     part = trim(select_rows(step.rollout, rows))
     t = part.completion_mask.shape[1]
@@ -56,13 +60,10 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObject
                                              ratio=correction.ratio.masked_fill(hinted, 1.0),
                                              masked=correction.masked & ~hinted)
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
-    pg_weight = None if correction is None else correction.weight  # [c, t]
-    kept = None
-    if top_entropy_quantile < 1:
-        kept = entropy_mask(ent.detach(), mask, top_entropy_quantile)  # [c, t]
-        pg_weight = kept.to(logps.dtype) if pg_weight is None else pg_weight * kept
-    loss, stats = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent,
-                            pg_weight=pg_weight)
+    kept = None if top_entropy_quantile == 1 else entropy_mask(ent.detach(), mask, top_entropy_quantile)  # [c, t]
+    share = mask.sum() / update_tokens.clamp(min=1.0) if update_tokens is not None else 1.0
+    loss, stats = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent, kept=kept,
+                            is_weight=None if correction is None else correction.weight, bonus_share=share)
     stats["tokens"] = mask.sum()
     if kept is not None:
         stats["entropy_kept"] = kept.sum() / mask.sum().clamp(min=1)

@@ -166,7 +166,8 @@ class PolicyUpdate:
         scale = float(self.ranks.world)  # the strategies average gradients over ranks
         aggregate = functools.partial(a.loss.part, rows=int(total_rows), tokens=total_tokens)
         chunk_loss = functools.partial(chunk_loss_lib.chunk_loss, policy, self.scorer, self.objective,
-                                       a.engine_correction, step, top_entropy_quantile=a.top_entropy_quantile)
+                                       a.engine_correction, step, top_entropy_quantile=a.top_entropy_quantile,
+                                       update_tokens=total_tokens)
         parts, nonfinite = [], 0
         for chunk in self.scorer.chunks(policy, ro.completion_mask[rows].sum(dim=1), ro.prompt_len):
             part, weight = lockstep(rows, chunk)
