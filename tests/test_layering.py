@@ -59,18 +59,21 @@ def test_no_layer_imports_one_above_it():
 
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     """Module -> the package's modules it imports anywhere in its source. `from a.b import c` is
-    an edge to a.b.c when that is a module, else to a.b."""
+    an edge to a.b.c when that is a module, else to a.b; a relative import (`from ..a import b`)
+    is resolved against the importing module's package first."""
     files = {".".join((package, *f.relative_to(root).with_suffix("").parts)).removesuffix(".__init__"): f
              for f in root.rglob("*.py")}
     graph = {}
     for name, path in files.items():
         edges = set()
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]  # the package `.` means
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 edges |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
-                          for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                module = node.module if node.level == 0 else ".".join(p for p in (base, node.module) if p)
+                edges |= {f"{module}.{a.name}" if f"{module}.{a.name}" in files else module for a in node.names}
         graph[name] = {e for e in edges if e in files and e != name}
     return graph
 
@@ -123,4 +126,17 @@ def test_a_planted_circle_is_found(tmp_path):
     (pkg / "c.py").write_text("import pkg.a\n")
     graph = import_graph(pkg, "pkg")
     assert graph == {"pkg": set(), "pkg.sub": set(), "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert circles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_a_circle_through_relative_imports_is_found(tmp_path):
+    """`from .. import a` in pkg.sub.b and `from .sub.b import f` in pkg.a: the same circle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
+    (pkg / "a.py").write_text("from .sub.b import f\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n    return a\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}}
     assert circles(graph) == [["pkg.a", "pkg.sub.b"]]

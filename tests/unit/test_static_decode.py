@@ -73,9 +73,12 @@ def test_the_static_step_logits_equal_the_eager_step_while_rows_drop_out():
         decoders.append(cls(model, cache, enc.attention_mask, pos[:, -1:] + 1 + torch.arange(6), 6))
     eager, static = decoders
     active = torch.arange(3)
+    # row 1 leaves at step 3, then row 0 at step 5: the second `keep` indexes the active rows [0, 2],
+    # not the batch, so a select() that kept `keep` itself would decode row 1 again
+    drops = {3: torch.tensor([0, 2]), 5: torch.tensor([1])}
     for t in range(6):
-        if t == 3:  # row 1 leaves the batch
-            keep = torch.tensor([0, 2])
+        if t in drops:
+            keep = drops[t]
             active = active[keep]
             eager.select(keep)
             static.select(keep)
