@@ -213,6 +213,23 @@ class DecisionLog(L.Callback):
         (self.out / f"decisions-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
 
 
+class DrawnPrompts(L.Callback):
+    """Writes the ids of the prompts each step's batch drew to `<out>/drawn-rank<R>.json` at the end
+    of training ({step: [ids]}, the step being the optimizer step the batch trains)."""
+
+    def __init__(self, out: str) -> None:
+        self.out, self.seen = Path(out), {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen[trainer.global_step + 1] = [p.id for p in batch]
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        import json
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"drawn-rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
+
+
 RESUMED_TAGS = ("train/loss", "train/reward", "health/", "rollout/", "eval/", "reward/", "selector/", "curriculum/",
                 "tools/")
 

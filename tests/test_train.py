@@ -1,6 +1,7 @@
 """End-to-end runs: through the real entry point (a subprocess) where the exit code, stderr or the
 process itself is the behaviour; through train(cfg) in this process otherwise."""
 
+import json
 import math
 
 import pytest
@@ -151,18 +152,25 @@ MIXED = ["data.mix_buckets=true", "data.without_replacement=true", "data.batch_s
 
 
 def test_mixed_batches_train_log_every_bucket_and_resume(tmp_path):
-    every4 = ["trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=4", "rollout.filter.zero_std=false"]
-    train_here(tmp_path / "a", ["debug=fast", *TINY, *MIXED, *every4])
+    """A resumed run draws the prompts the whole run drew and scores them alike (a reward with
+    spread: the tiny model's math rewards are all 0)."""
+    every4 = ["trainer.max_steps=6", "callbacks.checkpoint.every_n_train_steps=4", "rollout.filter.zero_std=false",
+              "reward=similarity", "+callbacks.drawn._target_=helpers.DrawnPrompts"]
+    train_here(tmp_path / "a", ["debug=fast", *TINY, *MIXED, *every4, f"+callbacks.drawn.out={tmp_path / 'a'}"])
     scalars = read_scalars(tmp_path / "a" / "run")
     # 6 slots at weights 1/2, 1/4, 1/4: 3 easy, 1 or 2 medium, the rest hard; mean bucket 0.67..0.83
     assert all(4 / 6 - 1e-6 <= v <= 5 / 6 + 1e-6 for _, v in scalars["curriculum/bucket"])
     for b in ("easy", "medium", "hard"):  # every bucket in every step
         assert [s for s, _ in scalars[f"health/reward_mean/{b}"]] == [2, 4, 6]
     ckpt = tmp_path / "a" / "run" / "checkpoints" / "step-4.ckpt"
-    train_here(tmp_path / "b", ["debug=fast", *TINY, *MIXED, *every4, f"ckpt_path={ckpt}"])
+    train_here(tmp_path / "b", ["debug=fast", *TINY, *MIXED, *every4, f"ckpt_path={ckpt}",
+                                f"+callbacks.drawn.out={tmp_path / 'b'}"])
     resumed = read_scalars(tmp_path / "b" / "run")
-    for tag in ("curriculum/bucket", "health/reward_mean/hard", "train/loss"):
+    assert len({v for _, v in scalars["health/reward_mean/hard"]}) > 1  # rewards with spread
+    for tag in ("curriculum/bucket", "health/reward_mean/hard", "health/reward_mean", "train/loss"):
         assert resumed[tag] == [(s, v) for s, v in scalars[tag] if s > 4], tag
+    whole, cut = (json.loads((tmp_path / d / "drawn-rank0.json").read_text()) for d in ("a", "b"))
+    assert sorted(cut) == ["5", "6"] and {s: whole[s] for s in ("5", "6")} == cut
 
 
 def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
