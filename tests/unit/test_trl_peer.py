@@ -134,7 +134,7 @@ def trl_grad(logps, fn):
     leaves = [[torch.tensor(v, dtype=f64, requires_grad=True) for v in row] for row in logps]
     loss = fn(leaves)
     loss.backward()
-    return float(loss), [[x.grad.item() if x.grad is not None else 0.0 for x in row] for row in leaves]
+    return float(loss.detach()), [[x.grad.item() if x.grad is not None else 0.0 for x in row] for row in leaves]
 
 
 # ---- VESPO on rows an engine sampled ----------------------------------------------------------
