@@ -115,15 +115,20 @@ def test_no_import_circle_in_the_package():
     assert circles(graph) == []
 
 
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package `pkg` under tmp_path with these files (paths relative to it) and texts."""
+    pkg = tmp_path / "pkg"
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    return pkg
+
+
 def test_a_planted_circle_is_found(tmp_path):
     """Two modules that import each other, one of them only inside a function, beside a chain."""
-    pkg = tmp_path / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from pkg.sub import b\n")
-    (pkg / "sub" / "b.py").write_text("import os\n\ndef f():\n    from pkg.a import X\n    return X\n")
-    (pkg / "c.py").write_text("import pkg.a\n")
+    pkg = _package(tmp_path, {"__init__.py": "", "sub/__init__.py": "", "a.py": "from pkg.sub import b\n",
+                              "sub/b.py": "import os\n\ndef f():\n    from pkg.a import X\n    return X\n",
+                              "c.py": "import pkg.a\n"})
     graph = import_graph(pkg, "pkg")
     assert graph == {"pkg": set(), "pkg.sub": set(), "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
     assert circles(graph) == [["pkg.a", "pkg.sub.b"]]
@@ -131,12 +136,9 @@ def test_a_planted_circle_is_found(tmp_path):
 
 def test_a_circle_through_relative_imports_is_found(tmp_path):
     """`from .. import a` in pkg.sub.b and `from .sub.b import f` in pkg.a: the same circle."""
-    pkg = tmp_path / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
-    (pkg / "a.py").write_text("from .sub.b import f\n")
-    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n    return a\n")
+    pkg = _package(tmp_path, {"__init__.py": "", "sub/__init__.py": "from . import b\n",
+                              "a.py": "from .sub.b import f\n",
+                              "sub/b.py": "def f():\n    from .. import a\n    return a\n"})
     graph = import_graph(pkg, "pkg")
     assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}}
     assert circles(graph) == [["pkg.a", "pkg.sub.b"]]

@@ -45,13 +45,6 @@ def test_the_datamodules_own_state_dict_continues_the_batches(tmp_path, ahead):
     assert len(set(names.values())) == len(names)  # ids name prompts one to one: the comparison means it
 
 
-def _one_bucket(size, batch_size, steps, seed=0):
-    schedule = StagedSchedule([{"until": 1.0, "weights": {"easy": 1.0}}])
-    sampler = CurriculumBatchSampler({"easy": list(range(size))}, batch_size, schedule, steps, seed=seed,
-                                     without_replacement=True)
-    return sampler, [[i for i, _ in batch] for batch in sampler]
-
-
 def test_steps_that_span_two_passes_are_full_and_every_pass_covers_its_bucket_once():
     """7 prompts, 3 a step: steps 2, 4, 6, ... span two passes. Each step consumes pass positions
     [cursor_s, cursor_s+1) (the sampler's cursors, what a checkpoint saves); position p is in pass
