@@ -12,6 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from grpo_aug.errors import UsageError, usage_message
+from grpo_aug.host_memory import keep_freed_memory
 from grpo_aug.pipeline import evaluate, train
 from grpo_aug.preflight import preflight
 from grpo_aug.quiet import quiet_defaults
@@ -36,6 +37,7 @@ def main(cfg: DictConfig) -> None:
         if cfg.mode not in MODES:
             raise UsageError(f"mode must be one of {sorted(MODES)}, got {cfg.mode!r}")
         quiet_defaults(cfg.verbose)
+        keep_freed_memory()
         status = MODES[cfg.mode](cfg)
     except Exception as err:
         message = usage_message(err)

@@ -120,6 +120,7 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from grpo_aug.callbacks import SampleHealth
     from grpo_aug.data.records import Prompt
     from grpo_aug.engines.hf import HFEngine
+    from grpo_aug.host_memory import keep_freed_memory
     from grpo_aug.models.lora import Lora, NoLora
     from grpo_aug.models.module import GRPOModule
     from grpo_aug.models.optimization import Optimization
@@ -130,6 +131,8 @@ def run_grpo_aug(model_dir: Path, workload: str, steps: int, beta: float = 0.04,
     from grpo_aug.rollout.groups import GroupRollout
     from grpo_aug.rollout.settings import RolloutSettings
     from grpo_aug.update.policy_update import PolicyUpdate
+
+    keep_freed_memory()  # as train.py does
 
     class Digits:
         name = "digits"

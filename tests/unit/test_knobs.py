@@ -16,7 +16,7 @@ def test_top_k_1_is_greedy_at_any_temperature():
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(500, 50, generator=gen)
     temps = torch.tensor([0.7, 1.0, 1.5, 3.0, 0.0]).repeat(100)
-    tokens = sample_next_token(logits, temps, top_p=1.0, generator=gen, top_k=1)
+    tokens, _ = sample_next_token(logits, temps, top_p=1.0, generator=gen, top_k=1)
     assert torch.equal(tokens, logits.argmax(-1))
 
 
@@ -30,7 +30,7 @@ def test_min_p_and_top_k_drop_exactly_the_tokens_by_hand():
     # drawn: the frequencies of the kept tokens, never a dropped one (T = 1)
     n = 40000
     logits = probs.log().repeat(n, 1)
-    tokens = sample_next_token(logits, torch.ones(n), top_p=1.0, generator=torch.Generator().manual_seed(1),
+    tokens, _ = sample_next_token(logits, torch.ones(n), top_p=1.0, generator=torch.Generator().manual_seed(1),
                                min_p=0.4)
     freq = torch.bincount(tokens, minlength=4).float() / n
     assert freq[2:].sum() == 0 and torch.allclose(freq, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.01)
@@ -38,7 +38,7 @@ def test_min_p_and_top_k_drop_exactly_the_tokens_by_hand():
     # and min_p 0.4 keeps the tokens above 0.4 x the top one
     hot = torch.softmax(probs.log() / 2.0, dim=-1)[0]
     kept = hot >= 0.4 * hot.max()
-    tokens = sample_next_token(logits, torch.full((n,), 2.0), top_p=1.0, generator=torch.Generator().manual_seed(2),
+    tokens, _ = sample_next_token(logits, torch.full((n,), 2.0), top_p=1.0, generator=torch.Generator().manual_seed(2),
                                min_p=0.4)
     assert set(tokens.unique().tolist()) == set(kept.nonzero().flatten().tolist())
 

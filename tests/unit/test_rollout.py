@@ -23,7 +23,7 @@ def test_sampler_matches_softmax_over_t():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).repeat(40000, 1)
     gen = torch.Generator().manual_seed(0)
     for t in (0.5, 1.5):
-        tokens = sample_next_token(logits, torch.full((40000,), t), top_p=1.0, generator=gen)
+        tokens, _ = sample_next_token(logits, torch.full((40000,), t), top_p=1.0, generator=gen)
         freq = torch.bincount(tokens, minlength=4).float() / 40000
         expected = torch.softmax(logits[0] / t, dim=-1)
         assert torch.allclose(freq, expected, atol=0.01)
@@ -32,14 +32,14 @@ def test_sampler_matches_softmax_over_t():
 def test_top_p_keeps_the_smallest_nucleus():
     # probs 0.5, 0.3, 0.15, 0.05: top_p 0.7 keeps {0, 1} (0.5 < 0.7 <= 0.8), renormalised 5/8, 3/8
     logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log().repeat(40000, 1)
-    tokens = sample_next_token(logits, torch.ones(40000), top_p=0.7, generator=torch.Generator().manual_seed(1))
+    tokens, _ = sample_next_token(logits, torch.ones(40000), top_p=0.7, generator=torch.Generator().manual_seed(1))
     freq = torch.bincount(tokens, minlength=4).float() / 40000
     assert torch.allclose(freq, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.01)
 
 
 def test_zero_temperature_rows_are_greedy():
     logits = torch.randn(5, 7)
-    tokens = sample_next_token(logits, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0]), top_p=0.9)
+    tokens, _ = sample_next_token(logits, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0]), top_p=0.9)
     assert tokens[[0, 2, 4]].tolist() == logits.argmax(-1)[[0, 2, 4]].tolist()
 
 
@@ -141,3 +141,16 @@ def test_chunk_saving_by_hand():
     assert chunk_saving(lengths, prompt_len=2, chunks=2) == pytest.approx(0.3)
     assert chunk_saving(torch.tensor([5, 5, 5]), prompt_len=2, chunks=3) == 0.0
     assert chunk_saving(lengths, prompt_len=2, chunks=1) == 0.0
+
+
+def test_sampled_tokens_come_with_their_tempered_logprobs():
+    # the trainer scores a token under softmax(logits / T) before any filter; greedy rows at T = 1
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3000) * 3
+    temps = torch.tensor([0.7, 1.0, 0.0, 1.5, 0.0, 1.2])
+    for top_p, top_k in ((1.0, 0), (0.9, 0), (0.9, 5)):
+        tokens, logprobs = sample_next_token(logits, temps, top_p, torch.Generator().manual_seed(1), top_k=top_k)
+        scored_at = torch.where(temps > 0, temps, 1.0)
+        expected = [torch.log_softmax(logits[i].double() / scored_at[i].double(), -1)[tokens[i]] for i in range(6)]
+        assert torch.allclose(logprobs.double(), torch.stack(expected), atol=1e-5)
+        assert tokens[[2, 4]].tolist() == logits.argmax(-1)[[2, 4]].tolist()

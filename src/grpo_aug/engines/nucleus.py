@@ -73,7 +73,8 @@ def sample_nucleus(probs: torch.Tensor, top_p: float, generator: torch.Generator
     weights = probs  # [R, V] each row's distribution above its floor
     while len(rows):
         drawn = draw(weights, generator)  # [R]
-        kept = in_nucleus(probs[rows], drawn, top_p)  # [R]
+        # the first round has every row: no [N, V] copy of the probabilities
+        kept = in_nucleus(probs if len(rows) == len(probs) else probs[rows], drawn, top_p)  # [R]
         tokens[rows[kept]] = drawn[kept]
         rows, drawn, weights = rows[~kept], drawn[~kept], weights[~kept]
         floor = weights.gather(-1, drawn[:, None])  # [R, 1] every nucleus token is more likely than this

@@ -25,23 +25,32 @@ from grpo_aug.lean.static_decode import StaticDecoder
 def sample_next_token(
     logits: torch.Tensor, temperatures: torch.Tensor, top_p: float, generator: torch.Generator | None = None,
     top_k: int = 0, min_p: float = 0.0,
-) -> torch.Tensor:
-    """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N].
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N] and their log-probs [N].
 
     After the temperature, min-p and top-k drop tokens (engines/knobs.py); then nucleus sampling
     per row keeps the smallest prefix of the sorted distribution whose mass reaches top_p (the
     most likely token always survives), found without a full sort (engines/nucleus.py).
+    A token's log-prob is where the trainer scores it: under softmax(logits / T) before any
+    filter, at T = 1 for greedy rows. It is read off the probabilities already computed: a
+    separate log-softmax over a 49,152-token vocabulary was a tenth of a SmolLM2 decode step.
     """
-    greedy = logits.argmax(dim=-1)  # [N]
     temps = temperatures.clamp(min=1e-5).to(logits.dtype)[:, None]  # [N, 1]
     probs = torch.softmax(logits / temps, dim=-1)  # [N, V]
-    if top_k > 0 or min_p > 0.0:
-        probs = filter_probs(probs, top_k, min_p)  # [N, V] renormalised
+    drawn_from = filter_probs(probs, top_k, min_p) if top_k > 0 or min_p > 0.0 else probs  # [N, V] renormalised
     if top_p < 1.0:
-        sampled = sample_nucleus(probs, top_p, generator)  # [N]
+        tokens = sample_nucleus(drawn_from, top_p, generator)  # [N]
     else:
-        sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [N]
-    return torch.where(temperatures > 0, sampled, greedy)
+        tokens = torch.multinomial(drawn_from, 1, generator=generator).squeeze(-1)  # [N]
+    # a drawn token has probability > 0, so its log is finite
+    logprobs = probs.gather(-1, tokens[:, None]).squeeze(-1).log()  # [N]
+    greedy_rows = temperatures <= 0  # [N]
+    if bool(greedy_rows.any()):  # argmax costs as much as the softmax: only where a row asks for it
+        greedy = logits.argmax(dim=-1)  # [N]
+        tokens = torch.where(greedy_rows, greedy, tokens)
+        greedy_lp = logits.log_softmax(-1).gather(-1, greedy[:, None]).squeeze(-1)  # [N] at T = 1
+        logprobs = torch.where(greedy_rows, greedy_lp, logprobs)
+    return tokens, logprobs
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str] | Sequence[Sequence[int]]):
@@ -138,12 +147,14 @@ def generate(
     steps = 0
     for step in range(max_new_tokens):
         drawn_from = logits if seen is None else penalise_repeats(logits, seen[active], k.repetition_penalty)
-        token = sample_next_token(drawn_from, temperatures[active], top_p, generator, k.top_k, k.min_p)  # [A]
+        token, token_lp = sample_next_token(drawn_from, temperatures[active], top_p, generator, k.top_k,
+                                            k.min_p)  # [A], [A]
         done = halted[active]  # ended earlier, not yet dropped from the batch
         token = torch.where(done, torch.full_like(token, pad), token)
         completion[active, step] = token
-        # the token's log-prob where the trainer scores it: tempered, before top-p (greedy rows at T = 1)
-        sample_lp[active, step] = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
+        if seen is not None:  # drawn from penalised logits; the trainer scores the model's own
+            token_lp = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
+        sample_lp[active, step] = torch.where(done, 0.0, token_lp)
         alive[active, step] = ~done
         finished[active] = finished[active] | (~done & (token == eos))
         if seen is not None:
