@@ -121,3 +121,18 @@ def test_sharded_models_sample_through_their_own_forward(monkeypatch):
     greedy = torch.zeros(len(PROMPTS))
     out = generate(model, tok, PROMPTS, greedy, 1.0, 8)
     assert torch.equal(out.input_ids, generate(model, tok, PROMPTS, greedy, 1.0, 8, lean=False).input_ids)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kept_positions_are_the_last_ones(dtype):
+    from grpo_aug.lean.compat import keep_last
+
+    tok = build_char_tokenizer()
+    model = _model("llama", tok).to(dtype)
+    ids = tok(PROMPTS[0], return_tensors="pt").input_ids  # [1, L]
+    length = ids.shape[1]
+    full = model(input_ids=ids).logits  # [1, L, V]
+    kept = model(input_ids=ids, logits_to_keep=keep_last(model, 3, length)).logits  # [1, 3, V]
+    assert kept.shape == (1, 3, full.shape[-1])
+    assert torch.allclose(kept.float(), full[:, -3:].float(), atol=1e-5 if dtype == torch.float32 else 3e-2)
+    assert isinstance(keep_last(model, 3, length), int) is (dtype == torch.float32)  # float32 keeps HF's own slice

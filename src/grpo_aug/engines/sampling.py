@@ -17,7 +17,7 @@ from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.engines.nucleus import sample_nucleus
 from grpo_aug.engines.types import Rollout
-from grpo_aug.lean.compat import cache_kwargs
+from grpo_aug.lean.compat import cache_kwargs, keep_last
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
 from grpo_aug.lean.static_decode import StaticDecoder
 
@@ -119,7 +119,8 @@ def generate(
     first_mask = enc.attention_mask.to(device)  # [U, P]
     first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
     out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
-                use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))  # only the last position's logits
+                use_cache=True, logits_to_keep=keep_last(model, 1, enc.input_ids.shape[1]),
+                **cache_kwargs(model, cache))  # only the last position's logits
     logits = out.logits[:, -1].float()[index]  # [N, V]
     for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
         layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from grpo_aug.algo.chunks import length_chunks
 from grpo_aug.lean.compat import activation_checkpointing
 from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
+from grpo_aug.lean.vocab_logprobs import vocab_logprobs
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
@@ -173,13 +174,10 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
     return _residual(x, mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # [M, H]
 
 
-def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                             prompt_len: int, length_groups: int = 1) -> torch.Tensor:
-    """Logits [N, T, V] predicting each completion token (zeros where the input token is padding).
-
-    input_ids/attention_mask: [N, P + T], prompts left-padded to P, completions right-padded.
-    length_groups: completions attend in up to this many length-sorted groups (`attention_groups`).
-    """
+def _packed_states(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   prompt_len: int, length_groups: int) -> tuple[torch.Tensor, _Layout]:
+    """The final-norm hidden states [U + Mt, H] where a completion token is predicted: each distinct
+    prompt's last token, then the completion tokens in packed order."""
     lay = _Layout(input_ids, attention_mask, prompt_len, length_groups)
     core = model.model
     x = core.embed_tokens(lay.ids)  # [M, H]
@@ -188,9 +186,43 @@ def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, at
     d = core.layers[0].self_attn.head_dim
     for layer in core.layers:
         x = _layer(layer, x, cos, sin, lay, d)
-    # the vocabulary projection only where a completion token is predicted
     wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H], completion tokens in packed order
-    logits = model.lm_head(rms_norm(wanted, core.norm))  # [U + Mt, V]
+    return rms_norm(wanted, core.norm), lay
+
+
+def packed_completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                             prompt_len: int, length_groups: int = 1) -> torch.Tensor:
+    """Logits [N, T, V] predicting each completion token (zeros where the input token is padding).
+
+    input_ids/attention_mask: [N, P + T], prompts left-padded to P, completions right-padded.
+    length_groups: completions attend in up to this many length-sorted groups (`attention_groups`).
+    """
+    states, lay = _packed_states(model, input_ids, attention_mask, prompt_len, length_groups)
+    logits = model.lm_head(states)  # [U + Mt, V] the vocabulary projection only where a token is predicted
     first = logits[: lay.u].index_select(0, lay.row_prompt)[:, None]  # [N, 1, V] (index_select: see _layer)
     tail = logits.new_zeros(lay.n * lay.t, logits.shape[-1]).index_copy(0, lay.index_tail, logits[lay.u :])
     return torch.cat([first, tail.view(lay.n, lay.t, logits.shape[-1])], dim=1)  # [N, T, V]
+
+
+def packed_completion_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               prompt_len: int, temperatures: torch.Tensor, length_groups: int = 1,
+                               with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p of each completion token [N, T] at its row's temperature (> 0), and with_entropy the
+    entropies [N, T]; 0 where no real token predicts the position (padding: the caller masks it).
+    The vocabulary's logits exist one block of tokens at a time (lean/vocab_logprobs.py)."""
+    states, lay = _packed_states(model, input_ids, attention_mask, prompt_len, length_groups)
+    n, t = lay.n, lay.t + 1  # t: every completion column, the first predicted by the prompt
+    rows = torch.arange(n, device=input_ids.device)  # [N]
+    # where each prediction lands in the [N, T] grid: column 0 from the prompt, then the tail's
+    places = torch.cat([rows * t, lay.index_tail // lay.t * t + lay.index_tail % lay.t + 1]) if lay.t \
+        else rows * t  # [N + Mt]
+    states = torch.cat([states[: lay.u].index_select(0, lay.row_prompt), states[lay.u :]])  # [N + Mt, H]
+    targets = input_ids[:, prompt_len:].flatten()[places]  # [N + Mt]
+    temps = temperatures.to(states.device)[places // t]  # [N + Mt]
+    logps, entropy = vocab_logprobs(states, model.lm_head.weight, targets, temps, with_entropy)
+    grid = logps.new_zeros(n * t)
+
+    def spread(values: torch.Tensor) -> torch.Tensor:
+        return grid.index_copy(0, places, values).view(n, t)  # [N, T]
+
+    return spread(logps), (None if entropy is None else spread(entropy))

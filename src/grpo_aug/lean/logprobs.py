@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from grpo_aug.lean.compat import activation_checkpointing, cache_kwargs
+from grpo_aug.lean.compat import activation_checkpointing, cache_kwargs, keep_last
 from grpo_aug.lean.decode import sharded, supports
-from grpo_aug.lean.forward import packable, packed_completion_logits
+from grpo_aug.lean.forward import packable, packed_completion_logits, packed_completion_logprobs
+from grpo_aug.lean.vocab_logprobs import BLOCK_ELEMENTS
 
 ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
 
@@ -42,13 +43,14 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
         # only the positions that predict completion tokens go through the vocabulary projection
         keep = input_ids.shape[1] - prompt_len + 1
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       logits_to_keep=keep).logits  # [N, T+1, V]
+                       logits_to_keep=keep_last(model, keep, input_ids.shape[1])).logits  # [N, T+1, V]
         return logits[:, :-1]  # [N, T, V]
     first = torch.zeros(len(prompts), dtype=torch.long, device=input_ids.device)
     first[row_prompt] = torch.arange(len(input_ids), device=input_ids.device)  # a row holding each prompt
     cache = DynamicCache()
     head = model(input_ids=prompts, attention_mask=attention_mask[first, :prompt_len],
-                 position_ids=position_ids[first, :prompt_len], use_cache=True, logits_to_keep=1,
+                 position_ids=position_ids[first, :prompt_len], use_cache=True,
+                 logits_to_keep=keep_last(model, 1, prompt_len),
                  **cache_kwargs(model, cache))
     for layer in cache.layers:  # [U, KV, P, D] -> [N, KV, P, D], differentiable
         # index_select: its backward sums a prompt's rows in a fixed order (lean/forward.py, _layer)
@@ -57,6 +59,16 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
                  position_ids=position_ids[:, prompt_len:-1], use_cache=True,
                  **cache_kwargs(model, cache)).logits  # [N, T-1, V]
     return torch.cat([head.logits[:, -1:].index_select(0, row_prompt), tail], dim=1)  # [N, T, V]
+
+
+def blocked_vocabulary(model: torch.nn.Module, input_ids: torch.Tensor, prompt_len: int) -> bool:
+    """Score through lean/vocab_logprobs.py: the packed forward applies, and the rows' logits would
+    not fit one of its blocks (a real vocabulary). Smaller ones (the default tiny model's 19
+    tokens) keep the direct path, whose numbers the default run was measured with."""
+    if not (packable(model) and prompt_len > 0) or getattr(model.lm_head, "bias", None) is not None:
+        return False
+    vocab = model.lm_head.weight.shape[0]
+    return input_ids.shape[0] * (input_ids.shape[1] - prompt_len) * vocab > BLOCK_ELEMENTS
 
 
 def token_logprobs(
@@ -78,9 +90,15 @@ def token_logprobs(
     length_groups: for packed models, completions attend in up to this many length-sorted groups.
     entropy_grad: the entropy keeps its graph (an entropy bonus in the loss differentiates it).
     """
+    temps = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
+    if blocked_vocabulary(model, input_ids, prompt_len):
+        logps, entropy = packed_completion_logprobs(model, input_ids, attention_mask, prompt_len, temps,
+                                                    length_groups, with_entropy)
+        if not with_entropy:
+            return logps
+        return logps, (entropy if entropy_grad else entropy.detach())
     # [N, T, V]: the logits that predict tokens P..P+T-1
     logits = _completion_logits(model, input_ids, attention_mask, prompt_len, length_groups).float()
-    temps = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
     logits = logits / temps.to(logits.dtype)[:, None, None]  # [N, T, V]
     targets = input_ids[:, prompt_len:]  # [N, T]
     # gather - logsumexp avoids materialising a second [N, T, V] log_softmax tensor
