@@ -14,7 +14,8 @@ import grpo_aug
 # lowest first; a module may import its own layer and the ones before it
 LAYERS = [
     ["grpo_aug.errors", "grpo_aug.mathtext", "grpo_aug.answers", "grpo_aug.eventlog", "grpo_aug.resume",
-     "grpo_aug.distributed", "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary", "grpo_aug.dtypes"],
+     "grpo_aug.distributed", "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary", "grpo_aug.dtypes",
+     "grpo_aug.host_memory"],
     ["grpo_aug.algo"],
     ["grpo_aug.lean"],
     ["grpo_aug.data"],
