@@ -76,7 +76,8 @@ def one_bucket_per_step(records, steps: int, prompts: int, seed: int) -> list[in
     return order
 
 
-def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False, bf16: bool = False) -> dict:
+def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False, bf16: bool = False,
+        stream: int | None = None) -> dict:
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -144,7 +145,8 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
             epsilon=cfg.algo.clip_eps_low, epsilon_high=cfg.algo.clip_eps_high, beta=cfg.algo.beta.value,
             num_iterations=1, steps_per_generation=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
             use_cpu=True, bf16=bf16, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
-            seed=cfg.seed, data_seed=cfg.seed, shuffle_dataset=not blocked,
+            seed=cfg.seed if stream is None else stream, data_seed=cfg.seed if stream is None else stream,
+            shuffle_dataset=not blocked,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, processing_class=tokenizer,
                               train_dataset=Dataset.from_list([{"prompt": texts[i], "idx": i} for i in order]),
@@ -178,10 +180,12 @@ def main() -> None:
     parser.add_argument("--one-bucket-per-step", action="store_true",
                         help="each step's prompts from one bucket drawn a third each, in order (not the mixed pool)")
     parser.add_argument("--bf16", action="store_true", help="TRL's bf16=True (autocast on the CPU)")
+    parser.add_argument("--stream", type=int, help="TRL's own seed (sampling and its shuffle of the pool), the data "
+                        "and the start staying those of the config's seed: another run, as module.rollout.seed is")
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
     args = parser.parse_args()
     args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step,
-                                       args.bf16), indent=1))
+                                       args.bf16, args.stream), indent=1))
 
 
 if __name__ == "__main__":
