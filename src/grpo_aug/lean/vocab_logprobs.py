@@ -34,6 +34,11 @@ def _compute_dtype(h: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     return torch.promote_types(h.dtype, weight.dtype)
 
 
+def _tempered(h: torch.Tensor, w: torch.Tensor, temps: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """h [b, H], w [V, H] already in dtype, temps [b] -> float32 logits / T [b, V]."""
+    return F.linear(h.to(dtype), w).float() / temps[:, None]
+
+
 class _VocabLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, temps, with_entropy: bool, dtype: torch.dtype):
@@ -44,7 +49,7 @@ class _VocabLogprobs(torch.autograd.Function):
         entropy = torch.empty_like(logps) if with_entropy else logps.new_empty(0)  # [M]
         for i in range(0, len(h), step):
             rows = slice(i, i + step)
-            z = F.linear(h[rows].to(dtype), w).float() / temps[rows, None]  # [b, V] tempered logits
+            z = _tempered(h[rows], w, temps[rows], dtype)  # [b, V]
             lse[rows] = torch.logsumexp(z, dim=-1)
             logps[rows] = z.gather(-1, targets[rows, None]).squeeze(-1) - lse[rows]
             if with_entropy:  # H = logsumexp(z) - sum softmax(z) z
@@ -74,7 +79,7 @@ class _VocabLogprobs(torch.autograd.Function):
             grads = buffer[: stop - start]  # [s, V]
             for i in range(start, stop, step):
                 rows = slice(i, min(i + step, stop))
-                z = F.linear(h[rows].to(dtype), w).float() / temps[rows, None]  # [b, V]
+                z = _tempered(h[rows], w, temps[rows], dtype)  # [b, V] recomputed, not kept
                 log_p = z - lse[rows, None]  # [b, V]
                 p = log_p.exp()  # [b, V]
                 # d logp_target / dz = onehot(target) - p;  dH / dz = -p (log p + H)
