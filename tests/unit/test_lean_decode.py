@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from grpo_aug.engines.sampling import generate
-from grpo_aug.lean.decode import supports
+from grpo_aug.lean.decode import _Product, prepacks, supports
 from grpo_aug.models.tiny import build_char_tokenizer
 
 PROMPTS = ["Q: What is 4 + 5?\nA: ", "Q: 7?\nA: ", "Q: What is (12 + 3) * 2?\nA: "]
@@ -68,6 +68,8 @@ def test_lean_step_logits_close_to_hf(kind, fused, dtype, monkeypatch):
               **cache_kwargs(model, cache))
         decoder = LeanDecoder(model, cache, enc.attention_mask, pos[:, -1:] + 1 + torch.arange(4), 4)
         assert all(p.fused == fused for p in decoder.projections)
+        if fused:  # bf16 on a oneDNN-bf16 CPU: the packed products are what this test checks
+            assert all(p.qkv_p.packed == prepacks(p.attn.q_proj.weight) for p in decoder.projections)
         ids, mask = enc.input_ids, enc.attention_mask
         for t in range(4):
             token = torch.full((len(PROMPTS),), 10 + t)
@@ -136,3 +138,21 @@ def test_kept_positions_are_the_last_ones(dtype):
     assert kept.shape == (1, 3, full.shape[-1])
     assert torch.allclose(kept.float(), full[:, -3:].float(), atol=1e-5 if dtype == torch.float32 else 3e-2)
     assert isinstance(keep_last(model, 3, length), int) is (dtype == torch.float32)  # float32 keeps HF's own slice
+
+
+@pytest.mark.skipif(not prepacks(torch.ones(1, dtype=torch.bfloat16)), reason="this CPU's oneDNN has no bf16")
+@pytest.mark.parametrize("rows", [1, 5, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_packed_products_against_float64(rows, with_bias):
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 48, generator=g).bfloat16()  # [out, in]
+    b = torch.randn(96, generator=g).bfloat16() if with_bias else None
+    h, residual = torch.randn(rows, 48, generator=g).bfloat16(), torch.randn(rows, 96, generator=g).bfloat16()
+    product = _Product(w, b)
+    assert product.packed
+    exact = h.double() @ w.double().t() + (0 if b is None else b.double())  # [rows, 96]
+    # bf16 output: one rounding of values of size ~7, plus the float32 accumulation's
+    tol = 2 ** -8 * exact.abs() + 1e-3
+    assert ((product(h).double() - exact).abs() <= tol).all()
+    with_res = exact + residual.double()
+    assert ((product(h, residual).double() - with_res).abs() <= 2 ** -8 * with_res.abs() + 1e-3).all()

@@ -55,15 +55,47 @@ def rms_norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
 FUSE_BELOW_HIDDEN = 1024  # models narrower than this get fused, re-laid-out weight copies
 
 
+def prepacks(weight: torch.Tensor) -> bool:
+    """Whether `weight` gets a oneDNN-packed copy for the decode's products: bf16 on a CPU whose
+    oneDNN runs bf16 (AMX/AVX-512 BF16). Packed, a product with a handful of rows runs 1.5-2x
+    faster than the strided bf16 GEMM (SmolLM2's layers at 8-64 rows); values equal a bf16 matmul's
+    up to the order of the float32 accumulation (the rollout of 64 rows x 64 tokens: ~640 -> ~800
+    tokens/s, docs/benchmarks.md)."""
+    mkldnn = torch.ops.mkldnn
+    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and hasattr(mkldnn, "_reorder_linear_weight") and mkldnn._is_mkldnn_bf16_supported())
+
+
+class _Product:
+    """`h @ W.T (+ b) (+ residual)` for a weight W [out, in] laid out once per rollout: oneDNN-packed
+    in bf16 where `prepacks` says so, else transposed to [in, out] contiguous (with a handful of rows
+    the matmul streams the weight, and MKL streams that layout about twice as fast as [out, in])."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.bias = bias
+        self.packed = prepacks(weight)
+        self.w = torch.ops.mkldnn._reorder_linear_weight(weight) if self.packed else weight.t().contiguous()
+
+    def __call__(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """[N, in] -> [N, out], plus `residual` [N, out] when given."""
+        if self.packed:
+            if residual is None:
+                return torch.ops.mkldnn._linear_pointwise(h, self.w, self.bias, "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise.binary(h, residual, self.w, self.bias, "add")
+        if residual is None:
+            return h @ self.w if self.bias is None else torch.addmm(self.bias, h, self.w)
+        y = torch.addmm(residual, h, self.w)
+        return y if self.bias is None else y + self.bias
+
+
 class _Projections:
     """One layer's matmuls for decoding, set up once per rollout.
 
     Narrow models: at decode time every row contributes a single token, and the number of matmul
     calls, not their size, sets the pace. q/k/v and gate/up are concatenated into one matmul each,
-    and every weight is stored transposed, [in, out] contiguous: with a handful of rows the matmul
-    streams the weight, and MKL streams that layout about twice as fast as [out, in]. These copies
-    are the size of the layer's weights, which only narrow models can afford; wider models use
-    their own weights, where the matmuls are large enough for the call count not to matter.
+    each weight laid out for small-M products (`_Product`). These copies are the size of the
+    layer's weights, which only narrow models can afford; wider models use their own weights,
+    where the matmuls are large enough for the call count not to matter.
     The attention scale is folded into the query (RoPE is linear, so scaling q before it equals
     scaling the scores after it).
     """
@@ -74,37 +106,33 @@ class _Projections:
         self.fused = a.q_proj.in_features < FUSE_BELOW_HIDDEN
         if not self.fused:
             return
-        qkv = [a.q_proj, a.k_proj, a.v_proj]
-        self.qkv_w = torch.cat([qkv[0].weight * a.scaling, qkv[1].weight, qkv[2].weight]).t().contiguous()  # [H, Q+2K]
-        self.qkv_b = None if qkv[0].bias is None else torch.cat([qkv[0].bias * a.scaling, qkv[1].bias, qkv[2].bias])
-        self.o_w = a.o_proj.weight.t().contiguous()  # [Q, H]
-        self.gate_up_w = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous()  # [H, 2I]
-        self.gate_up_b = None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
-        self.down_w = mlp.down_proj.weight.t().contiguous()  # [I, H]
+        q, k, v = a.q_proj, a.k_proj, a.v_proj
+        self.qkv_p = _Product(torch.cat([q.weight * a.scaling, k.weight, v.weight]),  # [Q+2K, H]
+                              None if q.bias is None else torch.cat([q.bias * a.scaling, k.bias, v.bias]))
+        self.o_p = _Product(a.o_proj.weight, a.o_proj.bias)  # [H, Q]
+        gate, up = mlp.gate_proj, mlp.up_proj
+        self.gate_up_p = _Product(torch.cat([gate.weight, up.weight]),  # [2I, H]
+                                  None if gate.bias is None else torch.cat([gate.bias, up.bias]))
+        self.down_p = _Product(mlp.down_proj.weight, mlp.down_proj.bias)  # [H, I]
 
     def qkv(self, h: torch.Tensor) -> torch.Tensor:
         """[N, H] -> [N, Q + 2 KV] (q already scaled)."""
         if self.fused:
-            return h @ self.qkv_w if self.qkv_b is None else torch.addmm(self.qkv_b, h, self.qkv_w)
+            return self.qkv_p(h)
         a = self.attn
         return torch.cat([a.q_proj(h) * a.scaling, a.k_proj(h), a.v_proj(h)], dim=-1)
 
     def out(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """x + o_proj(h)."""
-        if self.fused:
-            y = torch.addmm(x, h, self.o_w)
-            return y if self.attn.o_proj.bias is None else y + self.attn.o_proj.bias
-        return x + self.attn.o_proj(h)
+        return self.o_p(h, x) if self.fused else x + self.attn.o_proj(h)
 
     def mlp_residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """x + down(act(gate(h)) * up(h))."""
         m = self.mlp
         if not self.fused:
             return x + m.down_proj(m.act_fn(m.gate_proj(h)) * m.up_proj(h))
-        gate, up = (h @ self.gate_up_w if self.gate_up_b is None else
-                    torch.addmm(self.gate_up_b, h, self.gate_up_w)).chunk(2, dim=-1)
-        y = torch.addmm(x, m.act_fn(gate) * up, self.down_w)
-        return y if m.down_proj.bias is None else y + m.down_proj.bias
+        gate, up = self.gate_up_p(h).chunk(2, dim=-1)
+        return self.down_p(m.act_fn(gate) * up, x)
 
 
 class LeanDecoder:
@@ -143,6 +171,9 @@ class LeanDecoder:
         self.head_dim = attn.head_dim
         self.kv_heads = model.config.num_key_value_heads
         self.projections = [_Projections(layer) for layer in self.layers]
+        head = model.lm_head
+        packs = isinstance(head, torch.nn.Linear) and prepacks(head.weight)
+        self.head = _Product(head.weight, head.bias) if packs else head  # [N, H] -> [N, V]
         # one query token: in float32 plain matmuls beat scaled_dot_product_attention's CPU dispatch
         # at small shapes (and keep the float32 runs' numbers); in bf16/fp16 the matmuls copy the
         # cache slices and round the scores, and the fused kernel, accumulating in float32, is
@@ -185,4 +216,4 @@ class LeanDecoder:
             x = proj.out(x, out.reshape(n, -1))  # [N, H]
             x = proj.mlp_residual(x, rms_norm(x, layer.post_attention_layernorm))
         self.t += 1
-        return self.model.lm_head(rms_norm(x, self.model.model.norm)).float()  # [N, V]
+        return self.head(rms_norm(x, self.model.model.norm)).float()  # [N, V]
