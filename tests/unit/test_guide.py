@@ -14,7 +14,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.guide import ReferencePrefix, prefix_text, reference_steps
+from grpo_aug.rollout.guide import ReferencePrefix, prefix_text, reference_steps, spelled_out
 from grpo_aug.rollout.settings import RolloutSettings
 from helpers import make_module, prepared
 
@@ -29,6 +29,25 @@ def test_prefixes_are_the_reference_lines_but_the_last_steps():
     assert prefix_text(HARD.solution, 2) == "<<21-8=13>>13\n"
     assert prefix_text(HARD.solution, 3) is None  # nothing would be given
     assert prefix_text(EASY.solution, 1) is None  # one step: the row would write all of it
+
+
+
+@pytest.mark.parametrize("line, text", [
+    ("<<21-8=13>>13", "21 - 8 = 13"),  # the synthetic source: the annotation is the whole working
+    ("<<(3+4)*2=14>>14", "(3 + 4) * 2 = 14"),
+    ("<<-3+5=2>>2", "-3 + 5 = 2"),  # a leading minus is a sign, not an operator
+    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.", "Natalia sold 48/2 = 24 clips in May."),  # GSM8K
+    ("She has 5 + 3 =<<5+3=8>>8 and then <<8*2=16>>16 pens", "She has 5 + 3 =8 and then 8 * 2 = 16 pens"),
+    ("No calculation here.", "No calculation here."),
+])
+def test_calculator_annotations_spelled_out(line, text):
+    assert spelled_out(line) == text
+
+
+def test_spelled_out_prefixes():
+    assert prefix_text(HARD.solution, 1, spell_out=True) == "21 - 8 = 13\n13 - 8 = 5\n"
+    assert prefix_text(HARD.solution, 2, spell_out=True) == "21 - 8 = 13\n"
+    assert prefix_text(HARD.solution, 3, spell_out=True) is None
 
 
 def test_all_wrong_groups_get_guided_rows_with_the_prefix_in_the_completion():
@@ -154,3 +173,17 @@ def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
 def test_bad_guide_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ReferencePrefix(**kwargs)
+
+
+def test_spell_out_gives_the_policy_the_written_out_lines():
+    ro = rollout_from_ids([[1, 2]] * 4, [[7, 9]] * 4, [[-1.0, -1.0]] * 4, torch.tensor([0.7, 1.0, 1.2, 1.5]),
+                          ["#### 11"] * 4, [True] * 4, 0)
+    asked = []
+
+    def generate(texts, temps):
+        asked.append(texts)
+        return rollout_from_ids([[1, 2, 20]], [[30, 9]], [[-0.1, -0.2]], temps, ["5 + 7 = 12"], [True], 0)
+
+    out, guided = ReferencePrefix(steps_left=[1], spell_out=True).apply(generate, PlainPrompt(), [HARD], ro, 4, 0)
+    assert asked == [[HARD.prompt + "21 - 8 = 13\n13 - 8 = 5\n"]]
+    assert out.texts[3] == "21 - 8 = 13\n13 - 8 = 5\n5 + 7 = 12" and guided.tolist() == [False] * 3 + [True]

@@ -26,6 +26,7 @@ unguided, and the count is logged once.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 
 import torch
@@ -45,24 +46,48 @@ def reference_steps(solution: str) -> list[str]:
     return [line for line in head.split("\n") if line.strip()]
 
 
-def prefix_text(solution: str, steps_left: int) -> str | None:
-    """The reference's lines but the last `steps_left`, each ending in a newline; None if none remain."""
+CALCULATION = re.compile(r"<<([^<>=]*)=([^<>]*)>>")  # GSM8K's calculator annotation <<48/2=24>>
+OPERATOR = re.compile(r"(?<=[\d)])\s*([-+*/])\s*")  # a binary operator: after a digit or a ')'
+
+
+def spelled_out(line: str) -> str:
+    """A reference line with its calculator annotations written as text, for a model that never saw
+    them (an instruct model): where the equation is already written (GSM8K's `48/2 = <<48/2=24>>24`)
+    the annotation goes; a bare one (the synthetic source's `<<25-8=17>>17`) becomes `25 - 8 = 17`."""
+    out, at = [], 0
+    for m in CALCULATION.finditer(line):
+        out.append(line[at : m.start()])
+        written = "".join(out).rstrip().endswith("=")
+        out.append("" if written else OPERATOR.sub(r" \1 ", m.group(1).strip()) + " = ")
+        at = m.end()
+    out.append(line[at:])
+    return "".join(out)
+
+
+def prefix_text(solution: str, steps_left: int, spell_out: bool = False) -> str | None:
+    """The reference's lines but the last `steps_left`, each ending in a newline (calculator
+    annotations `spelled_out` if asked); None if none remain."""
     lines = reference_steps(solution)
     keep = len(lines) - steps_left
-    return None if keep < 1 else "".join(line + "\n" for line in lines[:keep])
+    if keep < 1:
+        return None
+    return "".join((spelled_out(line) if spell_out else line) + "\n" for line in lines[:keep])
 
 
 class ReferencePrefix:
     active = True
     off_policy = False  # the guided tokens were sampled in the context the update scores them in
 
-    def __init__(self, steps_left: Sequence[int] = (1, 2), answer: AnswerFormat | None = None) -> None:
+    def __init__(self, steps_left: Sequence[int] = (1, 2), answer: AnswerFormat | None = None,
+                 spell_out: bool = False) -> None:
         """steps_left: per guided row (from the group's last row back), the calculation steps it
-        writes itself; one entry per guided row."""
+        writes itself; one entry per guided row. spell_out: the reference's calculator annotations
+        written as text (`spelled_out`), for a policy that was never taught them."""
         if not steps_left or any(int(k) < 1 for k in steps_left):
             raise UsageError(f"rollout.reflect.steps_left must be a non-empty list of steps >= 1 (one per guided "
                              f"row: the steps it writes itself), got {list(steps_left)}")
         self.steps_left, self.answer = [int(k) for k in steps_left], answer or AUTO
+        self.spell_out = bool(spell_out)
         self.unaligned = 0  # rows left unguided: prompt tokens not a prefix of the guided context's
 
     def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
@@ -79,7 +104,7 @@ class ReferencePrefix:
                 continue
             base = prompt_format([prompt.prompt], [prompt.context])[0]
             for i in range(k):
-                prefix = prefix_text(prompt.solution, self.steps_left[i])
+                prefix = prefix_text(prompt.solution, self.steps_left[i], self.spell_out)
                 if prefix is None:
                     continue
                 targets.append(b * R + R - 1 - i)  # the group's last row gets the longest prefix
