@@ -14,6 +14,7 @@ from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
 from grpo_aug.data.prompt_format import ChatPrompt
 from grpo_aug.pipeline import rollout_settings, train
 from grpo_aug.rewards import SoftMathReward
+from grpo_aug.rollout.guide import ReferencePrefix
 from helpers import ROOT, TINY, build_chat_model, compose_cfg, read_scalars
 
 # trl_gsm8k needs a reward model besides the policy: test_a_trl_gsm8k_script_ports_by_config
@@ -83,6 +84,8 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert (model.dtype, model.reference_dtype, cfg.trainer.precision) == ("float32", "bfloat16", "bf16-mixed")
     assert instantiate(cfg.rollout.engine).sample_dtype == torch.bfloat16
     assert "equals" in instantiate(cfg.answer).markers and "The answer is" in cfg.data.prompt_format.system_prompt
+    guide = instantiate(cfg.rollout.reflect)
+    assert isinstance(guide, ReferencePrefix) and guide.spell_out  # guided rows, the reference written as text
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
