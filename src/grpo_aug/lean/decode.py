@@ -171,8 +171,9 @@ class LeanDecoder:
         self.head_dim = attn.head_dim
         self.kv_heads = model.config.num_key_value_heads
         self.projections = [_Projections(layer) for layer in self.layers]
+        # the vocabulary projection gets a packed copy on the layers' terms: narrow models only
         head = model.lm_head
-        packs = isinstance(head, torch.nn.Linear) and prepacks(head.weight)
+        packs = isinstance(head, torch.nn.Linear) and head.in_features < FUSE_BELOW_HIDDEN and prepacks(head.weight)
         self.head = _Product(head.weight, head.bias) if packs else head  # [N, H] -> [N, V]
         # one query token: in float32 plain matmuls beat scaled_dot_product_attention's CPU dispatch
         # at small shapes (and keep the float32 runs' numbers); in bf16/fp16 the matmuls copy the

@@ -35,6 +35,7 @@ from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
 from grpo_aug.engines.types import Rollout, rollout_from_ids
 from grpo_aug.errors import UsageError
+from grpo_aug.mathtext import ANNOTATION
 from grpo_aug.rollout.merge import replace_rows
 
 log = logging.getLogger(__name__)
@@ -46,22 +47,20 @@ def reference_steps(solution: str) -> list[str]:
     return [line for line in head.split("\n") if line.strip()]
 
 
-CALCULATION = re.compile(r"<<([^<>=]*)=([^<>]*)>>")  # GSM8K's calculator annotation <<48/2=24>>
 OPERATOR = re.compile(r"(?<=[\d)])\s*([-+*/])\s*")  # a binary operator: after a digit or a ')'
 
 
 def spelled_out(line: str) -> str:
-    """A reference line with its calculator annotations written as text, for a model that never saw
-    them (an instruct model): where the equation is already written (GSM8K's `48/2 = <<48/2=24>>24`)
-    the annotation goes; a bare one (the synthetic source's `<<25-8=17>>17`) becomes `25 - 8 = 17`."""
-    out, at = [], 0
-    for m in CALCULATION.finditer(line):
-        out.append(line[at : m.start()])
-        written = "".join(out).rstrip().endswith("=")
-        out.append("" if written else OPERATOR.sub(r" \1 ", m.group(1).strip()) + " = ")
-        at = m.end()
-    out.append(line[at:])
-    return "".join(out)
+    """A reference line with its calculator annotations (`mathtext.ANNOTATION`) written as text, for
+    a model that never saw them (an instruct model): where the equation is already written (GSM8K's
+    `48/2 = <<48/2=24>>24`) the annotation goes; a bare one (the synthetic source's `<<25-8=17>>17`)
+    becomes `25 - 8 = 17`."""
+    def text(m: re.Match) -> str:
+        if m.string[: m.start()].rstrip().endswith("="):
+            return ""
+        return OPERATOR.sub(r" \1 ", m.group(1).strip()) + " = "
+
+    return ANNOTATION.sub(text, line)
 
 
 def prefix_text(solution: str, steps_left: int, spell_out: bool = False) -> str | None:
