@@ -12,7 +12,7 @@ and evaluates it with grpo-aug's held-out evaluation (benchmarks/trl_learning.py
 
     python benchmarks/start_zoo.py                                   # every start, arms default plain
     python benchmarks/start_zoo.py --starts shipped wseed1 --arms default plain bandit trl
-    python benchmarks/start_zoo.py --jobs 2 --out docs/start-zoo.json  # two starts at a time, 1 thread each
+    python benchmarks/start_zoo.py --jobs 2 --out results/start-zoo.json  # two starts at a time, 1 thread each
     python benchmarks/start_zoo.py --starts wseed3_800 --extra module.rollout.seed=1 --out rs1.json  # a repeat
     python benchmarks/start_zoo.py --table zoo.json rs1.json  # each run averaged with its repeat
     python benchmarks/start_zoo.py --starts wseed3_800 --seed 1 --out seed1.json  # the run's seed 1: see below
