@@ -8,7 +8,7 @@ sometimes right on medium (the default tiny model starts near 0.2) and hard is o
 the same skill: the frontier GRPO has to push. `tiers` makes any tier harder: e.g. hard
 {steps: 3, ops: "+-*", operand: null} is "(47 + 38) * 3 - 12" (operands up to max_operand,
 multiplications by 2..9), the hard tier until 2026-12-02, which no run of the 1M-parameter
-default model ever solved (docs/sample-efficiency.md).
+default model ever solved (docs/history/sample-efficiency-2026-12-01-to-03.md).
 Results are never negative; generation is deterministic by seed.
 """
 

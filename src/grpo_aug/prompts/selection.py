@@ -226,8 +226,8 @@ def spread_of_training(history: PromptHistory) -> dict[str, float]:
     """How the run's rollouts spread over the training prompts so far: distinct prompts rolled out,
     and rollouts per such prompt (mean and most). A selector that keeps returning to the prompts it
     predicts informative raises the mean: train reward then rises on prompts the policy has seen
-    many times, which held-out accuracy need not follow (docs/sample-efficiency.md, "Learn from any
-    start")."""
+    many times, which held-out accuracy need not follow (docs/sample-efficiency.md, "The zoo: learn
+    from any start")."""
     attempts = [r.attempts for r in history.records.values() if r.attempts]
     if not attempts:
         return {}
