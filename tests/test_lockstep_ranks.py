@@ -80,7 +80,7 @@ class DistRanks:
 
 def _groups(sampled, idx: list[int]):
     """The groups `idx` of a SampledGroups, rows and all (what one rank would have rolled out)."""
-    from grpo_aug.rollout.merge import select_rows
+    from grpo_aug.engines.rows import select_rows
 
     sel = torch.tensor(idx)
     rows = (sel[:, None] * G + torch.arange(G)).reshape(-1)

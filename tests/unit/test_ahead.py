@@ -14,9 +14,8 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.prompts.datamodule import FixedBatches
-from grpo_aug.prompts.selection import Picked
-from grpo_aug.rollout.groups import SampledGroups
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.step_types import Picked, SampledGroups
 from grpo_aug.update.ahead import AheadQueue, Job, drop_stale, pending_picked, stale_rows
 from helpers import make_module
 

@@ -154,8 +154,8 @@ def test_guided_tokens_are_scored_after_the_prefix_with_ratio_one(tiny_model_dir
 
 
 def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
-    from grpo_aug.prompts.selection import Picked, PromptSelection
-    from grpo_aug.rollout.groups import SampledGroups
+    from grpo_aug.prompts.selection import PromptSelection
+    from grpo_aug.step_types import Picked, SampledGroups
 
     ro = rollout_from_ids([[1]] * 4, [[2]] * 4, None, torch.ones(4), ["#### 3", "#### 4", "#### 12", "#### 12"],
                           [True] * 4, 0)

@@ -19,7 +19,7 @@ health/completion_length_mean, _p10, _p50, _p90
 health/length_polarisation        p90 / p10 of completion lengths: >> 1 means some completions stop
                                   at once while others run long (two populations, not one spread)
 health/junk_frac                  completion characters that are U+FFFD, control characters or letters
-                                  outside the prompt's script (rollout/junk.py): tokenizer/template trouble
+                                  outside the prompt's script (junk_chars.py): tokenizer/template trouble
 rollout/unique_ratio              completions that are not near-copies of another in their group
 rollout/groups_dropped_frac       groups left out of the update: too few distinct completions, or no spread
                                   under rollout.filter.zero_std

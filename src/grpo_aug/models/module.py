@@ -30,12 +30,12 @@ from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.datamodule import PaddingBatch
 from grpo_aug.prompts.pass_rate import pass_rates
-from grpo_aug.prompts.selection import Picked
 from grpo_aug.rewards.trl import TrainerState
-from grpo_aug.rollout.groups import GroupRollout, SampledGroups
+from grpo_aug.rollout.groups import GroupRollout
+from grpo_aug.step_types import Picked, PreparedStep, SampledGroups
 from grpo_aug.update.ahead import AheadQueue, Sampler, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
-from grpo_aug.update.step import PreparedStep, step_report, train_scalars
+from grpo_aug.update.step import step_report, train_scalars
 
 log = logging.getLogger(__name__)
 
@@ -223,15 +223,23 @@ class GRPOModule(L.LightningModule):
 
     def _submit(self, picked: Picked, rollout_step: int) -> None:
         """Queue the rollout of `picked` on the worker; what it needs from this thread is read now."""
-        s, step = self.rollout.settings, self.global_step
+        step = self.global_step
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
+        rows = self._rows_per_prompt(picked)
         model, generator = (self.sampler.model if self.sampler is not None else self.policy), self.generator
 
         def sample() -> SampledGroups:
             return self.rollout.sample(model, picked.prompts, step, generator, state, rows)
 
         self.ahead.submit(picked, rollout_step, self.global_step // self.algo.updates_per_rollout, sample)
+
+    def _rows_per_prompt(self, picked: Picked) -> list[int] | None:
+        """Rows for each picked prompt (rollout/budget: shared out by predicted pass rate); None:
+        group_size each."""
+        s = self.rollout.settings
+        if not s.budget.active:
+            return None
+        return s.budget.rows(self.feed.history.predicted_pass(picked.prompts, s.budget.prior), s.group_size)
 
     def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int
                       ) -> tuple[Picked, SampledGroups, dict[str, float]]:
@@ -242,9 +250,9 @@ class GRPOModule(L.LightningModule):
         picked = self.feed.pick(batch, rollout_step, self.policy)
         self.rollout.engine.sync(self.policy, step)  # an external engine samples from these weights
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        s = self.rollout.settings  # rows per prompt: group_size each, or shared out by predicted pass rate
-        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
-        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state, rows)
+        s = self.rollout.settings
+        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state,
+                                      self._rows_per_prompt(picked))
         curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 

@@ -33,8 +33,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
-from grpo_aug.prompts.selection import Picked
-from grpo_aug.rollout.groups import SampledGroups
+from grpo_aug.step_types import Picked, SampledGroups
 
 
 def stale_rows(versions: torch.Tensor, current: int, bound: int) -> torch.Tensor:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.loss import ClippedObjective
-from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.engines.rows import select_rows, trim
+from grpo_aug.step_types import PreparedStep
 from grpo_aug.update.scoring import Scorer
-from grpo_aug.update.step import PreparedStep
 
 
 def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:

@@ -22,15 +22,14 @@ from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.engines.rows import select_rows
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.rewards.winsorize import NoWinsorize
-from grpo_aug.rollout.groups import SampledGroups
-from grpo_aug.rollout.merge import select_rows
+from grpo_aug.step_types import PreparedStep, SampledGroups
 from grpo_aug.update import chunk_loss as chunk_loss_lib
 from grpo_aug.update.lockstep import lockstep, stand_in
 from grpo_aug.update.scoring import Scorer
-from grpo_aug.update.step import PreparedStep
 
 log = logging.getLogger(__name__)
 

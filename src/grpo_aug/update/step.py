@@ -3,50 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import torch
 
 from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.algo.masks import loops
-from grpo_aug.engines.types import Rollout
+from grpo_aug.junk_chars import junk_count
 from grpo_aug.report import StepReport, text_samples
-from grpo_aug.rollout.groups import SampledGroups
-from grpo_aug.rollout.junk import junk_count
-
-
-class PreparedStep(NamedTuple):
-    sampled: SampledGroups  # [N] groups: everything that was rolled out this step, refills included
-    groups: torch.Tensor  # [B] the groups that enter the update (all N unless the zero-std filter is on)
-    valid: torch.Tensor  # [N, G] counted rows of the groups in the update
-    rollout: Rollout  # [B*G] rows of the groups in the update
-    mask: torch.Tensor  # [B*G, T] tokens that carry loss
-    advantages: torch.Tensor  # [B*G]
-    ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
-    old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
-    refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
-    hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
-    engine_sampled: bool = False  # an external engine (vLLM) sampled the rows: its log-probs get corrected
-    stand_in: bool = False  # no group entered: `rollout` is one stand-in row without loss (update/lockstep.py)
-
-    @property
-    def generated_tokens(self) -> torch.Tensor:
-        """[] tokens the policy generated in the rows that entered the update (none for a stand-in;
-        a tool's output or a reference prefix is not generated)."""
-        return self.rollout.written.sum() * (not self.stand_in)
-
-    @property
-    def update_advantages(self) -> torch.Tensor:
-        """[B*G] the advantages of the rows that entered the update (none for a stand-in)."""
-        return self.advantages[: 0 if self.stand_in else len(self.advantages)]
-
-    def rows_of(self, groups: torch.Tensor) -> torch.Tensor:
-        """Row indices into `rollout` of the update's groups `groups` ([b] positions in `groups`):
-        its rows are the groups' existing rows, group after group (G each without a budget)."""
-        sizes = self.sampled.rows_present[self.groups].sum(dim=1).cpu()  # [B]
-        ends = sizes.cumsum(0)  # [B]
-        return torch.cat([torch.arange(int(ends[i] - sizes[i]), int(ends[i])) for i in groups.tolist()] or
-                         [torch.zeros(0, dtype=torch.long)])
+from grpo_aug.step_types import PreparedStep
 
 
 def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor,
