@@ -409,7 +409,7 @@ class RankSamples(L.Callback):
         report = outputs["report"]
         self.seen[trainer.global_step] = {"ids": [p.id for p in batch],
                                           "completions": [row["completion"] for row in report.samples],
-                                          "gap": float(outputs["updates"]["logprob_gap"][0])}
+                                          "gap": float(outputs["updates"].logprob_gap[0])}
 
     def on_train_end(self, trainer, pl_module) -> None:
         import json

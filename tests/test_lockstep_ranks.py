@@ -113,7 +113,7 @@ def _update(policy, reference, sampled, ranks, over: dict, backward) -> float:
                           refill_wanted=None, external_engine=False)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     updates, _, _ = update.train(policy, step, OptimizerHandle(optimizer, schedule, backward, 0))
-    return float(updates["loss"][0])
+    return float(updates.loss[0])
 
 
 def _worker(rank, port, model_dir, data, case, out):

@@ -3,6 +3,7 @@
     prompts/  picks the prompts to roll out           -> Picked
     rollout/  samples and scores their groups         -> SampledGroups
     update/   prepares what the updates need          -> PreparedStep
+              trains on it, chunk by chunk            -> ChunkStats, then UpdateStats per update
 
 The stages import these types, not each other (tests/test_layering.py checks it)."""
 
@@ -13,6 +14,7 @@ from typing import NamedTuple
 
 import torch
 
+from grpo_aug.algo.loss import LossStats
 from grpo_aug.data.records import Prompt
 from grpo_aug.engines.types import Rollout
 
@@ -98,3 +100,45 @@ class PreparedStep(NamedTuple):
         ends = sizes.cumsum(0)  # [B]
         return torch.cat([torch.arange(int(ends[i] - sizes[i]), int(ends[i])) for i in groups.tolist()] or
                          [torch.zeros(0, dtype=torch.long)])
+
+
+class ChunkStats(NamedTuple):
+    """One chunk's statistics (update/chunk_loss.py), detached, each []; None: not measured on
+    this chunk (entropy on the rollout's first update only, the engine ratio when an engine sampled)."""
+
+    loss: LossStats
+    tokens: torch.Tensor  # the chunk's loss tokens: the weight of its means when chunks merge
+    entropy: torch.Tensor | None = None
+    logprob_gap: torch.Tensor | None = None  # mean |log pi_sampler - log pi_trainer| per loss token
+    is_ratio_mean: torch.Tensor | None = None  # the engine correction's pi_trainer / pi_engine, before its cap
+    is_ratio_max: torch.Tensor | None = None
+    is_masked_frac: torch.Tensor | None = None  # loss tokens the correction masked
+    entropy_kept: torch.Tensor | None = None  # loss tokens inside algo.top_entropy_quantile's mask
+
+
+class UpdateStats(NamedTuple):
+    """One optimizer update's statistics, each [] (its chunks merged: token-weighted means, maxima
+    for *_max; 0 where no chunk measured it); `stack` makes the step's [U] of each."""
+
+    loss: torch.Tensor  # the global batch's loss
+    nonfinite: torch.Tensor  # chunks with a non-finite loss on this rank
+    skipped: torch.Tensor  # 1: the update was skipped on every rank (non-finite loss or gradient)
+    kl_mean: torch.Tensor
+    kl_max: torch.Tensor
+    clip_frac_low: torch.Tensor
+    clip_frac_high: torch.Tensor
+    clip_frac: torch.Tensor
+    clip_frac_dual: torch.Tensor
+    ratio_mean: torch.Tensor
+    ratio_max: torch.Tensor
+    entropy: torch.Tensor
+    logprob_gap: torch.Tensor
+    is_ratio_mean: torch.Tensor
+    is_ratio_max: torch.Tensor
+    is_masked_frac: torch.Tensor
+    entropy_kept: torch.Tensor
+
+    @classmethod
+    def stack(cls, updates: list[UpdateStats]) -> UpdateStats:
+        """The step's updates, in order: [U] of each statistic."""
+        return cls(*(torch.stack(values) for values in zip(*updates, strict=True)))

@@ -160,7 +160,7 @@ def test_a_budgeted_step_rolls_out_scores_and_updates_only_the_rows_it_allotted(
     handle = OptimizerHandle(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
                              lambda loss: loss.backward(), 0)
     updates, _, _ = m.update.train(m.policy, step, handle)
-    assert torch.isfinite(updates["loss"]).all() and updates["skipped"].sum() == 0
+    assert torch.isfinite(updates.loss).all() and updates.skipped.sum() == 0
 
 
 def test_a_run_with_the_budget_trains_and_logs(tmp_path):

@@ -237,7 +237,7 @@ def test_tokens_outside_the_entropy_mask_get_exactly_no_policy_gradient():
                 assert grad[i][t] != 0.0, (i, t)
             else:
                 assert grad[i][t] == 0.0, (i, t)
-    assert stats["entropy_kept"].item() == pytest.approx(5 / 9)
+    assert stats.entropy_kept.item() == pytest.approx(5 / 9)
 
 
 def test_the_entropy_bonus_is_the_mean_over_the_kept_tokens_as_trl():
@@ -277,4 +277,4 @@ def test_cispo_logs_the_capped_share_of_positive_advantage_tokens_as_trl():
     _, stats = policy_loss(torch.tensor(LOGPS, dtype=f64), None, torch.tensor(OLD, dtype=f64),
                            torch.tensor(ADV, dtype=f64), torch.tensor(MASK, dtype=f64), beta=0.0,
                            aggregate=TokenMean(), surrogate=CISPO(max_ratio=1.1))
-    assert stats["clip_frac_high"].item() == pytest.approx(3 / 9)
+    assert stats.clip_frac_high.item() == pytest.approx(3 / 9)

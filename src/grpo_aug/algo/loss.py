@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -20,6 +20,20 @@ LOG_RATIO_BOUND = 20.0
 KLFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 Aggregate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 RatioFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LossStats(NamedTuple):
+    """What the loss measured on its tokens, detached, each []: means over the loss tokens,
+    maxima over them (0 without any)."""
+
+    kl_mean: torch.Tensor
+    kl_max: torch.Tensor
+    clip_frac_low: torch.Tensor  # tokens clipped at 1 - eps_low (where that side binds)
+    clip_frac_high: torch.Tensor
+    clip_frac: torch.Tensor  # either side
+    clip_frac_dual: torch.Tensor  # negative-advantage tokens capped by the dual clip
+    ratio_mean: torch.Tensor
+    ratio_max: torch.Tensor
 
 
 def policy_loss(
@@ -42,7 +56,7 @@ def policy_loss(
     is_weight: torch.Tensor | None = None,
     kl_ratio_weighted: bool = False,
     bonus_share: float | torch.Tensor = 1.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, LossStats]:
     """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
     logps/ref_logps/old_logps/mask/entropy: [..., T]; advantages: [...] (one per row). The ratio
@@ -108,16 +122,16 @@ def policy_loss(
         n = mask.sum().clamp(min=1.0)
         low, high = low & on, high & on
         zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
-        stats = {
-            "kl_mean": (kl_tokens * mask).sum() / n,
-            "kl_max": torch.where(on, kl_tokens, zero).max() if on.any() else zero,
-            "clip_frac_low": low.sum() / n,
-            "clip_frac_high": high.sum() / n,
-            "clip_frac": (low | high).sum() / n,
-            "clip_frac_dual": (dual & on).sum() / n,
-            "ratio_mean": (ratio_t * mask).sum() / n,
-            "ratio_max": torch.where(on, ratio_t, zero).max() if on.any() else zero,
-        }
+        stats = LossStats(
+            kl_mean=(kl_tokens * mask).sum() / n,
+            kl_max=torch.where(on, kl_tokens, zero).max() if on.any() else zero,
+            clip_frac_low=low.sum() / n,
+            clip_frac_high=high.sum() / n,
+            clip_frac=(low | high).sum() / n,
+            clip_frac_dual=(dual & on).sum() / n,
+            ratio_mean=(ratio_t * mask).sum() / n,
+            ratio_max=torch.where(on, ratio_t, zero).max() if on.any() else zero,
+        )
     return loss, stats
 
 
@@ -139,31 +153,9 @@ class ClippedObjective:
                  advantages: torch.Tensor, mask: torch.Tensor, beta: float, aggregate: Aggregate,
                  entropy: torch.Tensor | None = None, kept: torch.Tensor | None = None,
                  is_weight: torch.Tensor | None = None, bonus_share: float | torch.Tensor = 1.0,
-                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 ) -> tuple[torch.Tensor, LossStats]:
         return policy_loss(logps, ref_logps, old_logps, advantages, mask, beta=beta, clip_eps_low=self.clip_eps_low,
                            clip_eps_high=self.clip_eps_high, kl=self.kl, aggregate=aggregate, ratio=self.ratio,
                            clip_ratio_c=self.clip_ratio_c, entropy=entropy, entropy_coef=self.entropy_coef,
                            kept=kept, surrogate=self.surrogate, is_weight=is_weight,
                            kl_ratio_weighted=self.kl_ratio_weighted, bonus_share=bonus_share)
-
-
-STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")
-
-
-def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
-    """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
-    stat (entropy is measured on some updates only), maxima for the *_max entries."""
-    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
-             "ratio_max", "entropy", "logprob_gap", "is_ratio_mean", "is_ratio_max", "is_masked_frac", "entropy_kept")
-    merged = {}
-    for name in names:
-        reporting = [p for p in parts if name in p]
-        if not reporting:
-            merged[name] = torch.zeros((), device=device)
-        elif name in STAT_MAX:
-            merged[name] = torch.stack([p[name] for p in reporting]).max()
-        else:
-            tokens = torch.stack([p["tokens"] for p in reporting]).float()
-            values = torch.stack([p[name] for p in reporting])
-            merged[name] = (values * tokens).sum() / tokens.sum().clamp(min=1)
-    return merged

@@ -32,7 +32,7 @@ from grpo_aug.prompts.datamodule import PaddingBatch
 from grpo_aug.prompts.pass_rate import pass_rates
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.groups import GroupRollout
-from grpo_aug.step_types import Picked, PreparedStep, SampledGroups
+from grpo_aug.step_types import Picked, PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update.ahead import AheadQueue, Sampler, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
 from grpo_aug.update.step import step_report, train_scalars
@@ -182,9 +182,9 @@ class GRPOModule(L.LightningModule):
         # 5. logs, and the report the callbacks read
         return self.finish_step(step, updates, kl_mean, beta, curriculum)
 
-    def finish_step(self, step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, beta: float,
+    def finish_step(self, step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor, beta: float,
                     curriculum: dict[str, float], extra: dict[str, float] | None = None) -> dict:
-        for skipped in updates["skipped"].tolist():
+        for skipped in updates.skipped.tolist():
             self.counts.add_update(bool(skipped))
         self._log_step(step, updates, beta, curriculum, extra)
         self.counts.stop_if_stuck(self.algo.max_consecutive_nonfinite, self.global_step,
@@ -263,7 +263,7 @@ class GRPOModule(L.LightningModule):
                                    picked if s.filter.refill else None, self.rollout.engine.external,
                                    off_policy=sampled.versions is not None)
 
-    def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float,
+    def _log_step(self, step: PreparedStep, summary: UpdateStats, beta: float,
                   curriculum: dict[str, float], extra: dict[str, float] | None = None) -> None:
         sampled = step.sampled
         c = self.counts

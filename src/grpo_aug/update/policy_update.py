@@ -18,7 +18,6 @@ import torch
 
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.advantages import batch_reward_std
-from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm
 from grpo_aug.algo.settings import AlgoSettings
@@ -26,7 +25,7 @@ from grpo_aug.engines.rows import select_rows
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.rewards.winsorize import NoWinsorize
-from grpo_aug.step_types import PreparedStep, SampledGroups
+from grpo_aug.step_types import PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update import chunk_loss as chunk_loss_lib
 from grpo_aug.update.lockstep import lockstep, stand_in
 from grpo_aug.update.scoring import Scorer
@@ -129,7 +128,7 @@ class PolicyUpdate:
                             engine_sampled, stand_in=empty)
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
-              ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:
+              ) -> tuple[UpdateStats, torch.Tensor, float]:
         """The clipped-loss updates over minibatches of whole groups. Returns the per-update stats
         ([U] each), the rank-mean KL of the first pass (what the beta schedule observes) and beta."""
         a = self.algo
@@ -137,13 +136,13 @@ class PolicyUpdate:
         parts = torch.tensor_split(torch.arange(len(step.groups)), a.minibatches)
         stats = [self.update(policy, step, beta, part, opt, entropy=(i == 0 and j == 0))
                  for i in range(a.num_iterations) for j, part in enumerate(parts)]
-        updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
-        kl_mean = self.ranks.reduce(updates["kl_mean"][: a.minibatches].mean(), "mean")
+        updates = UpdateStats.stack(stats)  # [U] each
+        kl_mean = self.ranks.reduce(updates.kl_mean[: a.minibatches].mean(), "mean")
         a.beta.observe(opt.global_step, kl_mean.item())
         return updates, kl_mean, beta
 
     def update(self, policy: torch.nn.Module, step: PreparedStep, beta: float, groups: torch.Tensor,
-               opt: OptimizerHandle, entropy: bool) -> dict[str, torch.Tensor]:
+               opt: OptimizerHandle, entropy: bool) -> UpdateStats:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
         The loss is the global batch's, whatever the split over ranks: its normalisers (rows,
@@ -196,7 +195,7 @@ class PolicyUpdate:
                 clip_gradients_(policy, a.max_grad_norm, norm_sq ** 0.5 if sharded(policy) else None)
             opt.optimizer.step()
             opt.schedule.step()
-        return {"loss": torch.tensor(loss_sum, device=device),  # the global batch's
-                "nonfinite": torch.tensor(float(nonfinite), device=device),
-                "skipped": torch.tensor(float(skip), device=device),
-                **merge_stats([st for _, st in parts if st is not None], device)}
+        return chunk_loss_lib.update_stats(
+            torch.tensor(loss_sum, device=device),  # the global batch's
+            torch.tensor(float(nonfinite), device=device), torch.tensor(float(skip), device=device),
+            [st for _, st in parts if st is not None], device)

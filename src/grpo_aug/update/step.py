@@ -10,10 +10,10 @@ from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.algo.masks import loops
 from grpo_aug.junk_chars import junk_count
 from grpo_aug.report import StepReport, text_samples
-from grpo_aug.step_types import PreparedStep
+from grpo_aug.step_types import PreparedStep, UpdateStats
 
 
-def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor,
+def step_report(step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor,
                 ladder: tuple[float, ...]) -> StepReport:
     """What the callbacks get from one step (updates: per-update stats, [U] each)."""
     sampled = step.sampled
@@ -42,39 +42,43 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         generated_tokens=step.generated_tokens,
         refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
         refill_exhausted=torch.tensor(float(step.refill_exhausted), device=device),
-        kl_mean=kl_mean, kl_max=updates["kl_max"].max(), entropy_mean=updates["entropy"][0],
-        clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
-        clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
+        kl_mean=kl_mean, kl_max=updates.kl_max.max(), entropy_mean=updates.entropy[0],
+        clip_frac=updates.clip_frac.mean(), clip_frac_low=updates.clip_frac_low.mean(),
+        clip_frac_high=updates.clip_frac_high.mean(), nonfinite=updates.skipped.sum(),
         junk_chars=torch.tensor(float(junk), device=device),
         completion_chars=torch.tensor(float(chars), device=device), ladder=tuple(ladder),
         samples=text_samples(sampled, step.groups, laid_out.reshape(-1), G), looping=looping, **(tools or {}))
 
 
-def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
+def train_scalars(step: PreparedStep, summary: UpdateStats, beta: float, skipped_total: int,
                   reward_errors: Mapping[str, int], reward_timeouts: Mapping[str, int] | None,
                   oversampled: bool = False, dual_clip: bool = False, entropy_masked: bool = False) -> dict:
     """train/* and reward/* for one step; running counts are this run's so far."""
     sampled = step.sampled
     values = {
-        "train/loss": summary["loss"].mean(),
+        "train/loss": summary.loss.mean(),
         "train/reward": counted_mean(sampled.rewards, sampled.scored),
         "train/beta": torch.tensor(float(beta)),
         "train/effective_token_ratio": step.mask.sum() / step.generated_tokens.clamp(min=1),
         "train/skipped_nonfinite": torch.tensor(float(skipped_total)),
     }
     if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
-        values["train/ratio_max"] = summary["ratio_max"].max()
-        values["train/kl_max"] = summary["kl_max"].max()
-        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean") + ("clip_frac_dual",) * dual_clip:
-            values[f"train/{name}"] = summary[name].mean()
+        values["train/ratio_max"] = summary.ratio_max.max()
+        values["train/kl_max"] = summary.kl_max.max()
+        values["train/clip_frac"] = summary.clip_frac.mean()
+        values["train/clip_frac_low"] = summary.clip_frac_low.mean()
+        values["train/clip_frac_high"] = summary.clip_frac_high.mean()
+        values["train/ratio_mean"] = summary.ratio_mean.mean()
+        if dual_clip:
+            values["train/clip_frac_dual"] = summary.clip_frac_dual.mean()
         if entropy_masked:  # algo.top_entropy_quantile < 1: loss tokens the policy gradient acted on
-            values["train/entropy_kept_frac"] = summary["entropy_kept"].mean()
+            values["train/entropy_kept_frac"] = summary.entropy_kept.mean()
         if step.rollout.sample_logprobs is not None:  # mean |sampler - trainer| log-prob per loss token
-            values["rollout/logprob_gap"] = summary["logprob_gap"][0]
+            values["rollout/logprob_gap"] = summary.logprob_gap[0]
         if step.engine_sampled:  # the mismatch correction's ratio pi_trainer / pi_engine, before its cap
-            values["rollout/is_ratio_mean"] = summary["is_ratio_mean"].mean()
-            values["rollout/is_ratio_max"] = summary["is_ratio_max"].max()
-            values["rollout/is_masked_frac"] = summary["is_masked_frac"].mean()
+            values["rollout/is_ratio_mean"] = summary.is_ratio_mean.mean()
+            values["rollout/is_ratio_max"] = summary.is_ratio_max.max()
+            values["rollout/is_masked_frac"] = summary.is_masked_frac.mean()
     for name, scores in sampled.parts.items():
         scored = ~scores.isnan()
         if scored.any():
