@@ -323,7 +323,7 @@ def prepared(module, batch):
     """One step's rollout and the updates' inputs, as training_step computes them (no update)."""
     step = module.global_step
     picked, sampled, _ = module.sample_groups(batch, step // module.algo.updates_per_rollout, step)
-    return module.prepare(sampled, len(picked.prompts))
+    return module.prepare(sampled)
 
 
 class SwappedUpdate(PolicyUpdate):

@@ -47,9 +47,12 @@ class SampledGroups(NamedTuple):
     scored: torch.Tensor  # [n, G] every reward function returned a number
     valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
     informative: torch.Tensor  # [n] groups whose counted rewards differ
+    kept: torch.Tensor  # [n] groups that enter the update: the informative ones under rollout.filter.zero_std, else all
     std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
     tokens: int  # tokens generated, rows dropped by down-sampling included
     rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
+    refill_exhausted: bool = False  # the refill (rollout.filter.refill) ended short of one informative group per prompt
+    external: bool = False  # an engine outside the trainer (vLLM) sampled the rows: its log-probs carry its kernels'
     hinted: torch.Tensor | None = None  # [n, G] rows re-sampled with a hint in the question (rollout/reflect=hint),
                                         # trained off-policy; None: off
     reflected: torch.Tensor | None = None  # [n, G] rows re-sampled for all-wrong groups (hint or reference

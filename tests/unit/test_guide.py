@@ -161,7 +161,8 @@ def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
                           [True] * 4, 0)
     z = torch.zeros(1, 4)
     sampled = SampledGroups([HARD], ro, z, {}, {}, {}, z.bool(), z.bool(), z.bool(), torch.tensor([True]),
-                            torch.zeros(1), 4, reflected=torch.tensor([[False, False, True, True]]))
+                            torch.tensor([True]), torch.zeros(1), 4,
+                            reflected=torch.tensor([[False, False, True, True]]))
     out = PromptSelection().outcomes(Picked([HARD], frozenset(), 0, 1, {}), sampled, 4)
     assert out[0].pass_rate == 0.0  # both right rows were guided
     sampled = sampled._replace(reflected=torch.tensor([[False, False, False, True]]))

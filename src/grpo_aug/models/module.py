@@ -173,7 +173,7 @@ class GRPOModule(L.LightningModule):
         picked, sampled, curriculum = self.sample_groups(batch, rollout_step, self.global_step)
 
         # 3. masks, advantages, reference (and old) log-probs: once per rollout
-        step = self.prepare(sampled, len(picked.prompts))
+        step = self.prepare(sampled)
 
         # 4. the clipped-loss updates over minibatches of whole groups
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
@@ -207,7 +207,7 @@ class GRPOModule(L.LightningModule):
         # it; the updates' ratio is against its sampler's log-probs
         job, sampled, dropped = queue.take(version)
         curriculum = self.feed.observe(job.picked, sampled, job.rollout_step, self.rollout.settings.rows_per_prompt)
-        step = self.prepare(sampled, len(job.picked.prompts))
+        step = self.prepare(sampled)
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
         updates, kl_mean, beta = self.update.train(self.policy, step, handle)
 
@@ -256,12 +256,9 @@ class GRPOModule(L.LightningModule):
         curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 
-    def prepare(self, sampled: SampledGroups, picked: int) -> PreparedStep:
-        """What the updates need from the step's groups (`picked`: prompts the feed chose)."""
-        s = self.rollout.settings
-        return self.update.prepare(self.policy, sampled, self.models.reference, s.filter.zero_std,
-                                   picked if s.filter.refill else None, self.rollout.engine.external,
-                                   off_policy=sampled.versions is not None)
+    def prepare(self, sampled: SampledGroups) -> PreparedStep:
+        """What the updates need from the step's groups."""
+        return self.update.prepare(self.policy, sampled, self.models.reference)
 
     def _log_step(self, step: PreparedStep, summary: UpdateStats, beta: float,
                   curriculum: dict[str, float], extra: dict[str, float] | None = None) -> None:

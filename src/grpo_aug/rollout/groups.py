@@ -61,9 +61,11 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         scored=torch.cat([r.scored for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
+        kept=torch.cat([r.kept for r in rounds]),
         std_gain=torch.cat([r.std_gain for r in rounds]),
         tokens=sum(r.tokens for r in rounds),
         rounds=len(rounds),
+        external=rounds[0].external,
         hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
         reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
         present=None if all(r.present is None for r in rounds) else torch.cat([r.rows_present for r in rounds]),
@@ -203,8 +205,10 @@ class GroupRollout:
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
         reflected = reflected.view(n, G).to(device) if self.reflect.active else None  # [n, G]
+        informative = informative_groups(rewards, valid)  # [n]
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
-                             informative_groups(rewards, valid), std_gain, tokens,
+                             informative, informative if s.filter.zero_std else torch.ones_like(informative),
+                             std_gain, tokens, external=self.engine.external,
                              hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
                              reflected=reflected, present=present if short else None)
 
@@ -232,4 +236,5 @@ class GroupRollout:
                 continue
             rounds.append(self.sample_round(policy, extra, generator, state, uniform(extra)))
             informative += int(rounds[-1].informative.sum())
-        return merge_rounds(rounds, self.tokenizer.pad_token_id)
+        return merge_rounds(rounds, self.tokenizer.pad_token_id)._replace(
+            refill_exhausted=f.refill and informative < wanted)

@@ -43,14 +43,14 @@ def stale_rows(versions: torch.Tensor, current: int, bound: int) -> torch.Tensor
 
 def drop_stale(sampled: SampledGroups, current: int, bound: int) -> tuple[SampledGroups, int]:
     """The groups with rows staler than `bound` versions left out of the update (their rows no
-    longer valid, their groups no longer informative), and how many rows that dropped."""
+    longer valid, their groups no longer informative or kept), and how many rows that dropped."""
     stale = stale_rows(sampled.versions, current, bound) & sampled.rows_present  # [n, G]
     dropped = int(stale.sum())
     if dropped == 0:
         return sampled, 0
     valid = sampled.valid & ~stale
-    informative = sampled.informative & valid.any(dim=1)
-    return sampled._replace(valid=valid, informative=informative), dropped
+    left = valid.any(dim=1)  # [n]
+    return sampled._replace(valid=valid, informative=sampled.informative & left, kept=sampled.kept & left), dropped
 
 
 class Job(NamedTuple):

@@ -72,18 +72,17 @@ class PolicyUpdate:
     def load_state_dict(self, state: dict) -> None:
         self.algo.beta.load_state_dict(state.get("beta", {}))
 
-    def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference, zero_std: bool,
-                refill_wanted: int | None, external_engine: bool, off_policy: bool = False) -> PreparedStep:
+    def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference) -> PreparedStep:
         """Everything the updates need, computed once per rollout; no optimizer involved.
-        reference: a context giving the reference model (models.policy.PolicyModels.reference);
-        zero_std: flat groups leave the update; refill_wanted: the informative groups the refill
-        aimed for (None: no refill); off_policy: the rows were sampled from older weights
-        (rollout.ahead >= 1): the ratio's denominator is their sampler's log-probs, which also
-        hold an external engine's kernel mismatch, so no separate engine correction."""
+        reference: a context giving the reference model (models.policy.PolicyModels.reference).
+        The groups that enter are those the rollout kept (`sampled.kept`). Rows sampled from older
+        weights (`sampled.versions`, rollout.ahead >= 1) take their sampler's log-probs as the
+        ratio's denominator, which also hold an external engine's kernel mismatch, so they get no
+        separate engine correction."""
         a = self.algo
-        keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
-        valid = sampled.valid & keep[:, None]  # [N, G]
-        groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
+        off_policy = sampled.versions is not None
+        valid = sampled.valid & sampled.kept[:, None]  # [N, G]
+        groups = sampled.kept.nonzero().squeeze(1)  # [B] the groups that enter the update
         present = sampled.rows_present[groups]  # [B, G] a per-prompt budget leaves groups short of G rows
         rows = group_rows(groups, sampled.rows_present)  # [B*G] (fewer under a budget)
         counted = valid[groups][present]  # [B*G]
@@ -120,12 +119,11 @@ class PolicyUpdate:
                 old_logps = ro.sample_logprobs.to(ro.input_ids.device)  # [B*G, T]
             elif a.updates_per_rollout > 1:
                 old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
-        exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
         hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
-        engine_sampled = (external_engine and not off_policy and a.engine_correction.active
+        engine_sampled = (sampled.external and not off_policy and a.engine_correction.active
                           and ro.sample_logprobs is not None)
-        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
-                            engine_sampled, stand_in=empty)
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps,
+                            sampled.refill_exhausted, hinted, engine_sampled, stand_in=empty)
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
               ) -> tuple[UpdateStats, torch.Tensor, float]:
