@@ -33,7 +33,7 @@ from grpo_aug.prompts.pass_rate import pass_rates
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.groups import GroupRollout
 from grpo_aug.step_types import Picked, PreparedStep, SampledGroups, UpdateStats
-from grpo_aug.update.ahead import AheadQueue, Sampler, pending_picked
+from grpo_aug.update.ahead import AheadQueue, PolicyCopy, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
 from grpo_aug.update.step import step_report, train_scalars
 
@@ -69,7 +69,7 @@ class GRPOModule(L.LightningModule):
         # rollout.ahead >= 1 (update/ahead.py): the queue of rollouts sampled ahead, the hf engine's
         # copy of the weights they sample from, and a checkpoint's queued batches to sample again
         self.ahead: AheadQueue | None = None
-        self.sampler: Sampler | None = None
+        self.sampler: PolicyCopy | None = None
         self.restored_queue: list[dict] = []
 
     @property
@@ -132,7 +132,7 @@ class GRPOModule(L.LightningModule):
         self.rollout.restore(next(self.policy.parameters()).device, self.global_rank)
         if self.rollout.settings.ahead:
             self.ahead = AheadQueue(self.rollout.settings.ahead)
-            self.sampler = None if self.rollout.engine.external else Sampler(self.policy)
+            self.sampler = None if self.rollout.engine.external else PolicyCopy(self.policy)
             self.rollout.engine.sync(self.policy, self.global_step)  # an external sampler starts from these weights
             for entry in self.restored_queue:  # sampled again, from the checkpoint's weights
                 picked, rollout_step = pending_picked(entry)

@@ -28,10 +28,10 @@ from grpo_aug.rewards import RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.filter import informative_groups
-from grpo_aug.rollout.guide import ReferencePrefix
+from grpo_aug.rollout.random_stream import RolloutStream
+from grpo_aug.rollout.reference_prefix import ReferencePrefix
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
-from grpo_aug.rollout.stream import RolloutStream
 from grpo_aug.step_types import PromptPool, SampledGroups
 from grpo_aug.tools.protocol import NoTools
 

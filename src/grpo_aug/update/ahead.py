@@ -9,14 +9,14 @@ A training step with k >= 1 (models/module.py, `_ahead_step`):
     2. the oldest queued rollout (requested k calls ago) is taken; rows staler than k versions
        are dropped (`drop_stale`); the feed observes it; the policy trains on it, the ratio's
        denominator being the sampler's own log-probs
-    3. the worker is drained and the new weights are pushed to the sampler (`Sampler.push`): no
+    3. the worker is drained and the new weights are pushed to the sampler (`PolicyCopy.push`): no
        rollout is ever sampled from weights that change under it
 
 So each rollout overlaps one training step, and every row is trained exactly k versions after
 the weights that sampled it. The first k calls only fill the queue (no optimizer step); the data
 module yields k more batches than the run has rollouts.
 
-The hf engine samples from a copy of the policy (`Sampler`), an external engine (a vLLM server)
+The hf engine samples from a copy of the policy (`PolicyCopy`), an external engine (a vLLM server)
 from its own weights; either way the push happens on the main thread, between steps. Callbacks,
 logging and checkpoints run only while the worker is idle.
 """
@@ -60,7 +60,7 @@ class Job(NamedTuple):
     result: Future  # -> SampledGroups
 
 
-class Sampler:
+class PolicyCopy:
     """The weights an hf-engine rollout samples from while the policy trains: a copy of the
     policy, overwritten from it (`push`) between steps. An external engine is its own sampler."""
 

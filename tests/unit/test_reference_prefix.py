@@ -14,7 +14,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.guide import ReferencePrefix, prefix_text, reference_steps, spelled_out
+from grpo_aug.rollout.reference_prefix import ReferencePrefix, prefix_text, reference_steps, spelled_out
 from grpo_aug.rollout.settings import RolloutSettings
 from helpers import make_module, prepared
 
