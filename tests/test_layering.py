@@ -28,7 +28,7 @@ LAYERS = [
     ["grpo_aug.prompts"],
     ["grpo_aug.rollout"],
     ["grpo_aug.update"],
-    ["grpo_aug.callbacks", "grpo_aug.models", "grpo_aug.dashboard"],
+    ["grpo_aug.callbacks", "grpo_aug.models", "grpo_aug.dashboard", "grpo_aug.warmup"],
     ["grpo_aug.pipeline", "grpo_aug.preflight"],
 ]
 

@@ -31,8 +31,8 @@ from grpo_aug.distributed import first_process
 from grpo_aug.errors import UsageError
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
-from grpo_aug.models.shipped import RECIPE, recipe_key, shipped_start
 from grpo_aug.progress import Progress
+from grpo_aug.warmup.shipped import RECIPE, recipe_key, shipped_start
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     planted slip has no place in it), so that RL has a rare behaviour to reinforce.
     base_id: the base model's name independent of the machine that wrote its files (the tiny
     model's build settings): with it, a shipped start of the same recipe is loaded, not built
-    (models/shipped.py; settings.shipped=false builds it anyway)."""
+    (warmup/shipped.py; settings.shipped=false builds it anyway)."""
     steps, lr, batch_size = settings.steps, settings.lr, settings.batch_size
     seed = seed if settings.seed is None else settings.seed
     pool = [r for r in records if r.bucket in settings.buckets]
