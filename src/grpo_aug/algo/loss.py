@@ -136,9 +136,11 @@ def policy_loss(
 
 
 @dataclass(frozen=True)
-class ClippedObjective:
+class PolicyObjective:
     """policy_loss with its settings held (built from `algo` by AlgoSettings.objective): called on
-    one chunk's tensors, with the step's beta and the update's aggregation."""
+    one chunk's tensors, with the step's beta and the update's aggregation. The policy-gradient
+    term is the clip, or the `surrogate` named by algo/surrogate (algo/objectives.py: cispo, sapo,
+    vespo)."""
 
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2

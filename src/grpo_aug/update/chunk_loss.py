@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_aug.algo.loss import ClippedObjective, LossStats
+from grpo_aug.algo.loss import LossStats, PolicyObjective
 from grpo_aug.engines.rows import select_rows, trim
 from grpo_aug.step_types import ChunkStats, PreparedStep, UpdateStats
 from grpo_aug.update.scoring import Scorer
@@ -23,7 +23,7 @@ def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> 
     return (entropy >= threshold) & on
 
 
-def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObjective, correct: Callable,
+def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: PolicyObjective, correct: Callable,
                step: PreparedStep, rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
                top_entropy_quantile: float = 1.0, update_tokens: torch.Tensor | None = None,
                ) -> tuple[torch.Tensor, ChunkStats]:
