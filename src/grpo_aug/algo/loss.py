@@ -84,17 +84,10 @@ def policy_loss(
     log_ratio = ratio(token_log_ratio, mask)  # [..., T] or [..., 1]
     ratio_t = torch.exp(log_ratio).expand_as(logps)  # [..., T]
     adv = advantages.unsqueeze(-1)  # [..., 1]
-    dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
     if surrogate is None:
-        clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
-        pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
-        if clip_ratio_c is not None:
-            dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
-            pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
-        with torch.no_grad():
-            low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
-            high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
+        pg, low, high, dual = clipped_pg(ratio_t, adv, clip_eps_low, clip_eps_high, clip_ratio_c)  # [..., T] each
     else:
+        dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
         folds = is_weight is not None and getattr(surrogate, "folds_is_weight", False)
         extra = {"is_weight": is_weight} if folds else {}
         pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t, **extra)  # [..., T]
@@ -117,22 +110,43 @@ def policy_loss(
         acts = mask if kept is None else mask * kept.to(mask.dtype)  # [..., T]
         loss = loss - entropy_coef * bonus_share * (entropy * acts).sum() / acts.sum().clamp(min=1.0)
 
+    return loss, loss_stats(mask, kl_tokens, ratio_t, low, high, dual)
+
+
+def clipped_pg(ratio_t: torch.Tensor, adv: torch.Tensor, clip_eps_low: float, clip_eps_high: float,
+               clip_ratio_c: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped term min(r A, clip(r) A) per token ([..., T] ratio, [..., 1] advantages), with
+    verl's dual clip; and where the clip bound (low side, high side) and where the dual clip did."""
+    clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
+    pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
+    dual = torch.zeros_like(ratio_t, dtype=torch.bool)  # [..., T]
+    if clip_ratio_c is not None:
+        dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
+        pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
     with torch.no_grad():
-        on = mask > 0
-        n = mask.sum().clamp(min=1.0)
-        low, high = low & on, high & on
-        zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
-        stats = LossStats(
-            kl_mean=(kl_tokens * mask).sum() / n,
-            kl_max=torch.where(on, kl_tokens, zero).max() if on.any() else zero,
-            clip_frac_low=low.sum() / n,
-            clip_frac_high=high.sum() / n,
-            clip_frac=(low | high).sum() / n,
-            clip_frac_dual=(dual & on).sum() / n,
-            ratio_mean=(ratio_t * mask).sum() / n,
-            ratio_max=torch.where(on, ratio_t, zero).max() if on.any() else zero,
-        )
-    return loss, stats
+        low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
+        high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
+    return pg, low, high, dual
+
+
+@torch.no_grad()
+def loss_stats(mask: torch.Tensor, kl_tokens: torch.Tensor, ratio_t: torch.Tensor, low: torch.Tensor,
+               high: torch.Tensor, dual: torch.Tensor) -> LossStats:
+    """The loss's statistics over its loss tokens (mask [..., T] in the log-probs' dtype)."""
+    on = mask > 0
+    n = mask.sum().clamp(min=1.0)
+    low, high = low & on, high & on
+    zero = torch.zeros((), dtype=mask.dtype, device=mask.device)
+    return LossStats(
+        kl_mean=(kl_tokens * mask).sum() / n,
+        kl_max=torch.where(on, kl_tokens, zero).max() if on.any() else zero,
+        clip_frac_low=low.sum() / n,
+        clip_frac_high=high.sum() / n,
+        clip_frac=(low | high).sum() / n,
+        clip_frac_dual=(dual & on).sum() / n,
+        ratio_mean=(ratio_t * mask).sum() / n,
+        ratio_max=torch.where(on, ratio_t, zero).max() if on.any() else zero,
+    )
 
 
 @dataclass(frozen=True)
