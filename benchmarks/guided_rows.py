@@ -22,7 +22,7 @@ from grpo_aug.answers import AUTO  # noqa: E402
 from grpo_aug.data.synthetic import SyntheticArithmetic  # noqa: E402
 from grpo_aug.engines.sampling import generate  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
-from grpo_aug.rollout.guide import prefix_text  # noqa: E402
+from grpo_aug.rollout.reference_prefix import prefix_text  # noqa: E402
 
 
 def pass_rate(model, tokenizer, rows: list[tuple[str, str, str]], temperature: float, max_new_tokens: int) -> float:

@@ -55,7 +55,7 @@ from grpo_aug.eventlog import read_scalars  # noqa: E402
 
 W = "model.warmup."
 # Each start is the default config's warm-up with a few of its settings moved. `shipped` is the
-# default itself: the start every default job loads (src/grpo_aug/models/starts/).
+# default itself: the start every default job loads (src/grpo_aug/warmup/starts/).
 STARTS = {
     "shipped": [],
     "wseed1": [f"{W}seed=1"],

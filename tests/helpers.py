@@ -323,7 +323,7 @@ def prepared(module, batch):
     """One step's rollout and the updates' inputs, as training_step computes them (no update)."""
     step = module.global_step
     picked, sampled, _ = module.sample_groups(batch, step // module.algo.updates_per_rollout, step)
-    return module.prepare(sampled, len(picked.prompts))
+    return module.prepare(sampled)
 
 
 class SwappedUpdate(PolicyUpdate):
@@ -409,7 +409,7 @@ class RankSamples(L.Callback):
         report = outputs["report"]
         self.seen[trainer.global_step] = {"ids": [p.id for p in batch],
                                           "completions": [row["completion"] for row in report.samples],
-                                          "gap": float(outputs["updates"]["logprob_gap"][0])}
+                                          "gap": float(outputs["updates"].logprob_gap[0])}
 
     def on_train_end(self, trainer, pl_module) -> None:
         import json

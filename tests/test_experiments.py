@@ -14,7 +14,7 @@ from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
 from grpo_aug.data.prompt_format import ChatPrompt
 from grpo_aug.pipeline import rollout_settings, train
 from grpo_aug.rewards import SoftMathReward
-from grpo_aug.rollout.guide import ReferencePrefix
+from grpo_aug.rollout.reference_prefix import ReferencePrefix
 from helpers import ROOT, TINY, build_chat_model, compose_cfg, read_scalars
 
 # trl_gsm8k needs a reward model besides the policy: test_a_trl_gsm8k_script_ports_by_config

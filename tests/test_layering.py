@@ -1,7 +1,8 @@
 """The package's layering, checked in a fresh interpreter: importing every module of a layer loads
-nothing from a layer above it (a lower folder never imports a higher one). And no import circle
-between any two modules of src/, read from the source (imports inside functions included: they
-only postpone a circle)."""
+nothing from a layer above it (a lower folder never imports a higher one). The three stages of a
+step (prompts, rollout, update) import the contracts in step_types.py, not each other, read from
+the source (relative imports and imports under TYPE_CHECKING included). And no import circle
+between any two modules of src/ (imports inside functions included: they only postpone a circle)."""
 
 import ast
 import pkgutil
@@ -15,17 +16,19 @@ import grpo_aug
 LAYERS = [
     ["grpo_aug.errors", "grpo_aug.mathtext", "grpo_aug.answers", "grpo_aug.eventlog", "grpo_aug.resume",
      "grpo_aug.distributed", "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary", "grpo_aug.dtypes",
-     "grpo_aug.host_memory"],
+     "grpo_aug.host_memory", "grpo_aug.junk_chars"],
     ["grpo_aug.algo"],
     ["grpo_aug.lean"],
     ["grpo_aug.data"],
     ["grpo_aug.rewards"],
     ["grpo_aug.tools"],
     ["grpo_aug.engines"],
-    ["grpo_aug.rollout", "grpo_aug.report"],
+    ["grpo_aug.step_types"],
+    ["grpo_aug.report"],
     ["grpo_aug.prompts"],
+    ["grpo_aug.rollout"],
     ["grpo_aug.update"],
-    ["grpo_aug.callbacks", "grpo_aug.models", "grpo_aug.dashboard"],
+    ["grpo_aug.callbacks", "grpo_aug.models", "grpo_aug.dashboard", "grpo_aug.warmup"],
     ["grpo_aug.pipeline", "grpo_aug.preflight"],
 ]
 
@@ -143,3 +146,32 @@ def test_a_circle_through_relative_imports_is_found(tmp_path):
     graph = import_graph(pkg, "pkg")
     assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}}
     assert circles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+STAGES = ("prompts", "rollout", "update")
+
+
+def stage_crossings(graph: dict[str, set[str]], package: str) -> list[str]:
+    """Imports from one stage's modules into another stage's: `a -> b` for each."""
+    def stage(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[0] == package and parts[1] in STAGES else None
+
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if stage(m) and stage(t) and stage(m) != stage(t))
+
+
+def test_the_stages_import_the_contracts_not_each_other():
+    graph = import_graph(Path(grpo_aug.__file__).parent, "grpo_aug")
+    assert "grpo_aug.step_types" in graph["grpo_aug.rollout.groups"]
+    assert stage_crossings(graph, "grpo_aug") == []
+
+
+def test_a_planted_stage_crossing_is_found(tmp_path):
+    """update/ reading a type from prompts/ under TYPE_CHECKING, through a relative import."""
+    pkg = _package(tmp_path, {"__init__.py": "", "step_types.py": "", "prompts/__init__.py": "",
+                              "prompts/feed.py": "from ..step_types import *\n", "update/__init__.py": "",
+                              "update/step.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "    from ..prompts.feed import Picked\n"})
+    graph = import_graph(pkg, "pkg")
+    assert stage_crossings(graph, "pkg") == ["pkg.update.step -> pkg.prompts.feed"]

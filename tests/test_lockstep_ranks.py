@@ -80,14 +80,15 @@ class DistRanks:
 
 def _groups(sampled, idx: list[int]):
     """The groups `idx` of a SampledGroups, rows and all (what one rank would have rolled out)."""
-    from grpo_aug.rollout.merge import select_rows
+    from grpo_aug.engines.rows import select_rows
 
     sel = torch.tensor(idx)
     rows = (sel[:, None] * G + torch.arange(G)).reshape(-1)
     return sampled._replace(prompts=[sampled.prompts[i] for i in idx], rollout=select_rows(sampled.rollout, rows),
                             rewards=sampled.rewards[sel], parts={k: v[sel] for k, v in sampled.parts.items()},
                             distinct=sampled.distinct[sel], scored=sampled.scored[sel], valid=sampled.valid[sel],
-                            informative=sampled.informative[sel], std_gain=sampled.std_gain[sel])
+                            informative=sampled.informative[sel], kept=sampled.kept[sel],
+                            std_gain=sampled.std_gain[sel])
 
 
 def _to(sampled, device):
@@ -109,11 +110,10 @@ def _update(policy, reference, sampled, ranks, over: dict, backward) -> float:
     # built before any forward, as Lightning does: FSDP2 leaves the root's weights unsharded after a
     # no-grad forward, and parameters() would then hand the optimizer those temporary tensors
     optimizer = torch.optim.SGD(policy.parameters(), lr=LR)
-    step = update.prepare(policy, sampled, lambda: contextlib.nullcontext(reference), zero_std=True,
-                          refill_wanted=None, external_engine=False)
+    step = update.prepare(policy, sampled, lambda: contextlib.nullcontext(reference))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     updates, _, _ = update.train(policy, step, OptimizerHandle(optimizer, schedule, backward, 0))
-    return float(updates["loss"][0])
+    return float(updates.loss[0])
 
 
 def _worker(rank, port, model_dir, data, case, out):
@@ -169,8 +169,9 @@ def _global_batch(model_dir, rank1_rewards, path):
     sampled = module.rollout.sample_round(module.policy, prompts, torch.Generator().manual_seed(0))
     rewards = torch.tensor(VARIED + rank1_rewards)  # [4, G]
     ones = torch.ones(4, G, dtype=torch.bool)
-    sampled = sampled._replace(rewards=rewards, distinct=ones, scored=ones, valid=ones,
-                               informative=informative_groups(rewards, ones))
+    informative = informative_groups(rewards, ones)  # the zero-std filter (on by default) keeps these
+    sampled = sampled._replace(rewards=rewards, distinct=ones, scored=ones, valid=ones, informative=informative,
+                               kept=informative)
     torch.save(sampled, path)
     return sampled
 

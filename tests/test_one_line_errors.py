@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grpo_aug.models.shipped import STARTS, WEIGHTS
+from grpo_aug.warmup.shipped import STARTS, WEIGHTS
 from helpers import TINY, free_port, run_train
 
 FAST = ["debug=fast", *TINY, "logger=csv"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-import grpo_aug.models.shipped as shipped
-import grpo_aug.models.warmup as warmup
-from grpo_aug.models.shipped import MANIFEST, STARTS, WEIGHTS
+import grpo_aug.warmup.shipped as shipped
+import grpo_aug.warmup.supervised as warmup
 from grpo_aug.pipeline import check_tools, evaluate, prepare_model
+from grpo_aug.warmup.shipped import MANIFEST, STARTS, WEIGHTS
 from helpers import ROOT, compose_cfg
 
 START = STARTS / "default-seed0"

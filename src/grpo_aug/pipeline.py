@@ -30,12 +30,12 @@ from grpo_aug.models.lora import save_merged
 from grpo_aug.models.module import GRPOModule
 from grpo_aug.models.settings import ModelSettings
 from grpo_aug.models.sharding import full_state_dict
-from grpo_aug.models.warmup import supervised_warmup
 from grpo_aug.prompts.pass_rate import retier_by_pass_rate
 from grpo_aug.resume import latest_checkpoint, read_checkpoint
 from grpo_aug.rollout.groups import check_tools_alone
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.summary import build_summary, summary_text, write_summary
+from grpo_aug.warmup.supervised import supervised_warmup
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ class StepReport:
     clip_frac_low: torch.Tensor  # []
     clip_frac_high: torch.Tensor  # []
     nonfinite: torch.Tensor  # [] updates skipped on every rank for a non-finite loss or gradient norm
-    junk_chars: torch.Tensor  # [] completion characters that are junk (see rollout/junk.py)
+    junk_chars: torch.Tensor  # [] completion characters that are junk (see junk_chars.py)
     completion_chars: torch.Tensor  # [] completion characters
     ladder: tuple[float, ...]  # the temperature ladder in use (the same on every rank)
     samples: list[dict] = field(default_factory=list)  # a few rows for the TensorBoard text samples

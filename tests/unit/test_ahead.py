@@ -14,9 +14,8 @@ from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.prompts.datamodule import FixedBatches
-from grpo_aug.prompts.selection import Picked
-from grpo_aug.rollout.groups import SampledGroups
 from grpo_aug.rollout.settings import RolloutSettings
+from grpo_aug.step_types import Picked, SampledGroups
 from grpo_aug.update.ahead import AheadQueue, Job, drop_stale, pending_picked, stale_rows
 from helpers import make_module
 
@@ -28,7 +27,8 @@ def groups(valid: list[list[bool]], informative: list[bool], versions=None) -> S
     n, G = v.shape
     return SampledGroups(prompts=EASY[:n], rollout=None, rewards=torch.zeros(n, G), parts={}, errors={}, timeouts={},
                          distinct=torch.ones(n, G, dtype=torch.bool), scored=torch.ones(n, G, dtype=torch.bool),
-                         valid=v, informative=torch.tensor(informative), std_gain=torch.zeros(n), tokens=0,
+                         valid=v, informative=torch.tensor(informative), kept=torch.tensor(informative),
+                         std_gain=torch.zeros(n), tokens=0,
                          versions=None if versions is None else torch.tensor(versions))
 
 
@@ -41,7 +41,12 @@ def test_rows_staler_than_the_bound_are_dropped_by_hand():
     kept, dropped = drop_stale(sampled, current=5, bound=1)
     assert dropped == 6
     assert kept.valid.tolist() == [[True, True, False], [False, False, False], [False, False, False]]
-    assert kept.informative.tolist() == [True, False, False]
+    assert kept.informative.tolist() == [True, False, False] and kept.kept.tolist() == [True, False, False]
+    # without the zero-std filter a fresh flat group stays in the update; group 1 has no row left
+    fresh_flat = groups([[True, True, False], [True, True, True], [True, True, True]], [True, True, False],
+                        [[4, 4, 4], [3, 3, 3], [4, 4, 4]])
+    unfiltered, _ = drop_stale(fresh_flat._replace(kept=torch.ones(3, dtype=torch.bool)), current=5, bound=1)
+    assert unfiltered.kept.tolist() == [True, False, True]
     same, none = drop_stale(sampled, current=5, bound=2)
     assert none == 0 and same is sampled
 

@@ -11,13 +11,13 @@ import torch
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.rows import spread_rows
 from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.prompts.history import Outcome, PromptHistory
 from grpo_aug.rewards import RewardFunction, RewardSet
 from grpo_aug.rollout.budget import InformativeBudget, allocate, spread_probability
 from grpo_aug.rollout.dedup import NgramDedup
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.merge import spread_rows
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.update.policy_update import OptimizerHandle
 from helpers import make_module, prepared
@@ -51,9 +51,9 @@ def test_pass_rates_come_from_the_history_then_the_bucket_then_the_prior():
     history.start({"p1": "easy", "p2": "easy", "p3": "easy", "p4": "hard"})
     history.observe(0, [Outcome("p1", 0.8, False, "easy"), Outcome("p2", 0.4, False, "easy")])
     budget = InformativeBudget(min_rows=2, max_rows=8, prior=0.3)
-    rates = budget.pass_rates([_prompt(1), _prompt(3), _prompt(4, "hard"), _prompt(2)], history)
+    rates = history.predicted_pass([_prompt(1), _prompt(3), _prompt(4, "hard"), _prompt(2)], budget.prior)
     assert rates == pytest.approx([0.8, 0.6, 0.3, 0.4])  # own, easy's mean (0.8 + 0.4) / 2, prior, own
-    assert budget.rows([_prompt(1), _prompt(3)], history, group_size=4) == allocate([0.8, 0.6], 8, 2, 8)
+    assert budget.rows(rates[:2], group_size=4) == allocate([0.8, 0.6], 8, 2, 8)
 
 
 @pytest.mark.parametrize("kwargs, settings, message", [
@@ -137,7 +137,7 @@ def test_a_budgeted_step_rolls_out_scores_and_updates_only_the_rows_it_allotted(
     history.observe(0, [Outcome("p1", 0.98, True, "easy"), Outcome("p2", 0.5, False, "easy"),
                         Outcome("p3", 0.1, False, "easy")])
     batch = [_prompt(1), _prompt(2), _prompt(3)]
-    assert settings.budget.rows(batch, history, 4) == [2, 5, 5]
+    assert settings.budget.rows(history.predicted_pass(batch, settings.budget.prior), 4) == [2, 5, 5]
     step = prepared(m, batch)
     sampled = step.sampled
     assert sampled.rows_present.sum(dim=1).tolist() == [2, 5, 5]
@@ -160,7 +160,7 @@ def test_a_budgeted_step_rolls_out_scores_and_updates_only_the_rows_it_allotted(
     handle = OptimizerHandle(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
                              lambda loss: loss.backward(), 0)
     updates, _, _ = m.update.train(m.policy, step, handle)
-    assert torch.isfinite(updates["loss"]).all() and updates["skipped"].sum() == 0
+    assert torch.isfinite(updates.loss).all() and updates.skipped.sum() == 0
 
 
 def test_a_run_with_the_budget_trains_and_logs(tmp_path):

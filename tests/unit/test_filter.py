@@ -1,11 +1,11 @@
 import pytest
 import torch
 
+from grpo_aug.engines.rows import concat_rollouts, select_rows
 from grpo_aug.engines.sampling import generate
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.filter import GroupFilter, informative_groups
-from grpo_aug.rollout.merge import concat_rollouts, select_rows
 
 
 def test_informative_groups_by_hand():

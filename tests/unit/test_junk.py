@@ -1,4 +1,4 @@
-from grpo_aug.rollout.junk import junk_count, script
+from grpo_aug.junk_chars import junk_count, script
 
 
 def test_scripts():

@@ -3,6 +3,7 @@ import math
 import torch
 
 from grpo_aug.algo import LOG_RATIO_BOUND, group_advantages, k3_kl, policy_loss
+from grpo_aug.algo.loss import LossStats
 
 
 def grpo_loss(
@@ -14,14 +15,12 @@ def grpo_loss(
     beta: float = 0.04,
     clip_eps: float = 0.2,
     adv_clip: float = 10.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, LossStats]:
     """GRPO's scalar form: logps/ref_logps/old_logps/mask [B, G, T], rewards [B, G] -> (loss, detached
-    stats with the advantages)."""
+    stats)."""
     adv = group_advantages(rewards, adv_clip=adv_clip)  # [B, G]
-    loss, stats = policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
-                              clip_eps_high=clip_eps)
-    stats["advantages"] = adv.detach()
-    return loss, stats
+    return policy_loss(logps, ref_logps, old_logps, adv, mask, beta=beta, clip_eps_low=clip_eps,
+                       clip_eps_high=clip_eps)
 
 
 def _k3(logp: float, ref: float) -> float:
@@ -44,9 +43,9 @@ def test_first_iteration_ratio_is_one_and_loss_is_minus_mean_advantage():
     logps = torch.randn(2, 4, 5)
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
     loss, stats = grpo_loss(logps, logps, logps.detach(), rewards, torch.ones(2, 4, 5), beta=0.04)
-    assert stats["ratio_mean"].item() == 1.0
-    assert stats["clip_frac"].item() == 0.0
-    assert stats["kl_mean"].item() == 0.0
+    assert stats.ratio_mean.item() == 1.0
+    assert stats.clip_frac.item() == 0.0
+    assert stats.kl_mean.item() == 0.0
     # ratio 1, KL 0: loss = -mean(advantages); group advantages sum to 0 -> loss 0
     assert abs(loss.item()) < 1e-6
 
@@ -91,7 +90,7 @@ def test_clipping_active_on_both_sides():
     row0 = (1.2 * a + math.exp(-0.1) * a) / 2  # min(1.65a, 1.2a) = 1.2a; 0.905 is inside the clip range
     row1 = (0.8 * -a + math.exp(0.1) * -a) / 2  # min(-0.607a, -0.8a) = -0.8a
     assert math.isclose(loss.item(), -(row0 + row1) / 2, rel_tol=1e-5)
-    assert math.isclose(stats["clip_frac"].item(), 0.5)
+    assert math.isclose(stats.clip_frac.item(), 0.5)
     # clipped tokens carry no gradient
     logps.requires_grad_(True)
     grpo_loss(logps, logps.detach(), old, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, 2), beta=0.0)[0].backward()

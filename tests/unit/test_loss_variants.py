@@ -64,8 +64,8 @@ def test_sequence_ratio_clips_whole_rows():
     old = torch.tensor([[-1.0, 0.0, -0.5], [0.1, -0.1, 0.0]])  # row 0: mean log-ratio 0.5 (clipped)
     adv = torch.tensor([1.0, 1.0])
     _, stats = policy_loss(logps, None, old, adv, torch.ones(2, 3), beta=0.0, ratio=SequenceRatio())
-    assert stats["clip_frac_high"].item() == pytest.approx(3 / 6)  # every token of row 0, none of row 1
-    assert stats["ratio_max"].item() == pytest.approx(math.exp(0.5), rel=1e-6)
+    assert stats.clip_frac_high.item() == pytest.approx(3 / 6)  # every token of row 0, none of row 1
+    assert stats.ratio_max.item() == pytest.approx(math.exp(0.5), rel=1e-6)
 
 
 def test_sequence_ratio_is_the_geometric_mean_of_the_token_ratios():
@@ -88,7 +88,7 @@ def test_dual_clip_matches_verl_formula_by_hand(seed):
     assert torch.allclose(grad, grad_expected, atol=1e-6)
     ratio = torch.exp(logps.detach() - old)
     bound = ((ratio > 3.0) & (adv[:, None] < 0) & (mask > 0)).sum() / mask.sum()
-    assert stats["clip_frac_dual"].item() == pytest.approx(bound.item()) and bound > 0
+    assert stats.clip_frac_dual.item() == pytest.approx(bound.item()) and bound > 0
 
 
 def test_dual_clip_bounds_a_huge_ratio_and_stops_its_gradient():
@@ -145,4 +145,4 @@ def test_no_reference_is_the_same_loss_as_beta_zero():
     a, _ = policy_loss(logps, ref, old, adv, mask, beta=0.0, aggregate=RowMean())
     b, stats = policy_loss(logps, None, old, adv, mask, beta=0.0, aggregate=RowMean())
     assert a.item() == b.item()
-    assert stats["kl_mean"].item() == 0.0
+    assert stats.kl_mean.item() == 0.0

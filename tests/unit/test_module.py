@@ -92,7 +92,7 @@ def test_training_step_gives_finite_loss_and_grads_only_to_policy(tiny_model_dir
     before = [p.detach().clone() for p in m.policy.parameters()]
     ref_before = [p.detach().clone() for p in m.models.frozen[0].parameters()]
     (out,) = fit_batches(m, [EASY[:3]])
-    assert torch.isfinite(out["updates"]["loss"]).all()
+    assert torch.isfinite(out["updates"].loss).all()
     assert out["report"].rewards.shape == (3, 4) and out["report"].lengths.shape == (12,)
     assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
     assert all(torch.equal(b, p) for b, p in zip(ref_before, m.models.frozen[0].parameters(), strict=True))
@@ -136,7 +136,7 @@ def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:4]]), algo=AlgoSettings(num_iterations=2))
     m.optimization = Optimization(functools.partial(torch.optim.SGD, lr=20.0))  # big steps: the second pass must clip
     (out,) = fit_batches(m, [EASY[:4]])
-    ratio, clip = out["updates"]["ratio_mean"], out["updates"]["clip_frac"]
+    ratio, clip = out["updates"].ratio_mean, out["updates"].clip_frac
     assert ratio.shape == (2,)
     assert ratio[0].item() == pytest.approx(1.0, abs=1e-6)  # first pass: still the rollout policy
     assert abs(ratio[1].item() - 1.0) > 1e-3  # second pass: old log-probs from the rollout, policy moved
@@ -147,7 +147,7 @@ def test_two_iterations_per_rollout_move_the_ratio_and_clip(tiny_model_dir):
 def test_minibatches_split_groups_and_each_makes_an_optimizer_step(tiny_model_dir):
     m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:3]]), algo=AlgoSettings(minibatches=2))
     outs = fit_batches(m, [EASY[:3], EASY[3:6]])
-    assert [o["updates"]["loss"].shape for o in outs] == [(2,), (2,)]
+    assert [o["updates"].loss.shape for o in outs] == [(2,), (2,)]
     assert m.trainer.global_step == 4
 
 
@@ -391,7 +391,7 @@ def test_beta_zero_for_the_whole_run_holds_no_reference_and_runs_no_reference_fo
     assert prepared(m, EASY[:3]).ref_logps is None
     before = [p.detach().clone() for p in m.policy.parameters()]
     outs = fit_batches(m, [EASY[:3], EASY[3:6]])
-    assert all(torch.isfinite(o["updates"]["loss"]).all() for o in outs)
+    assert all(torch.isfinite(o["updates"].loss).all() for o in outs)
     assert all(float(o["report"].kl_mean) == 0.0 for o in outs)
     assert any(not torch.equal(b, p) for b, p in zip(before, m.policy.parameters(), strict=True))
 
@@ -411,7 +411,7 @@ def test_micro_batches_accumulate_the_full_batch_gradient(tiny_model_dir, monkey
         torch.manual_seed(0)
         m = _module(tiny_model_dir, reward=ById([p.id for p in EASY[:8]]), algo=AlgoSettings(micro_batch_rows=rows))
         outputs = fit_batches(m, batches)
-        runs[rows] = ([o["updates"]["loss"].item() for o in outputs], copy.deepcopy(m.policy.state_dict()))
+        runs[rows] = ([o["updates"].loss.item() for o in outputs], copy.deepcopy(m.policy.state_dict()))
     (loss_whole, w_whole), (loss_micro, w_micro) = runs[None], runs[3]
     assert sizes == [16, 16] + [3, 3, 3, 3, 2, 2] * 2
     assert loss_micro == pytest.approx(loss_whole, rel=1e-5, abs=1e-7)

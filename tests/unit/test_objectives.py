@@ -49,7 +49,7 @@ def test_cispo_caps_the_weight_and_keeps_every_tokens_gradient():
     assert grad[0][1] == pytest.approx(-0.5 * 1.5 / 5) and grad[0][2] == pytest.approx(-1.0 * 1.5 / 5)
     assert grad[1][0] == pytest.approx(-1.1 * -0.8 / 5) and grad[1][1] == pytest.approx(-0.5 * -0.8 / 5)
     assert grad[1][2] == 0.0
-    assert stats["clip_frac_high"].item() == pytest.approx(1 / 5)  # the one capped token
+    assert stats.clip_frac_high.item() == pytest.approx(1 / 5)  # the one capped token
     # the PPO clip on the same batch: the r = 3, A > 0 token gets no gradient
     _, clip_grad, _ = _run(None)
     assert clip_grad[0][0] == 0.0

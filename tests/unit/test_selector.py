@@ -10,7 +10,8 @@ import torch
 from grpo_aug.data.records import Prompt
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.prompts.predictors import HistoryPredictor, LearnedPredictor, NoPredictor, features
-from grpo_aug.prompts.selection import Gathered, Picked, PromptSelection, RankedSelection
+from grpo_aug.prompts.selection import Gathered, PromptSelection, RankedSelection
+from grpo_aug.step_types import Picked
 
 
 def _prompts(n, bucket="easy", prefix="p"):

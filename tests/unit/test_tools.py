@@ -11,10 +11,10 @@ from grpo_aug.engines.hf import HFEngine
 from grpo_aug.engines.knobs import Knobs
 from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.models.loading import load_policy, load_tokenizer
-from grpo_aug.models.warmup import Demonstration, sft_batch, tool_demonstration
 from grpo_aug.tools.calculator import calculator
 from grpo_aug.tools.protocol import TextTools
 from grpo_aug.tools.runner import ToolLimits, ToolRunner
+from grpo_aug.warmup.supervised import Demonstration, sft_batch, tool_demonstration
 
 PROMPT = "Q: 2+3+4?\nA: "
 EOS = "</s>"

@@ -39,7 +39,7 @@ def _step(path, function, limits=None, cap=48):
 def test_a_failing_tool_is_an_error_in_the_transcript_and_counted(tiny_model_dir, function, message):
     out, m, seconds = _step(tiny_model_dir, function)
     report = out["report"]
-    assert torch.isfinite(out["updates"]["loss"]).all()
+    assert torch.isfinite(out["updates"].loss).all()
     assert seconds < 20  # one round waited 0.5 s for the hanging call, not its 30 s
     assert report.tool_calls.tolist() == [1] * 8 and report.tool_failures.tolist() == [1] * 8
     values = health_values(report)

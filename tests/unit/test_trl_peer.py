@@ -14,7 +14,7 @@ import torch
 
 from grpo_aug.algo.aggregate import RowMean, TokenMean
 from grpo_aug.algo.engine_correction import SequenceMask, SequenceTruncate, TokenMask, TokenTruncate
-from grpo_aug.algo.loss import ClippedObjective, policy_loss
+from grpo_aug.algo.loss import PolicyObjective, policy_loss
 from grpo_aug.algo.objectives import VESPO
 from grpo_aug.algo.ratio import SequenceRatio
 from grpo_aug.algo.settings import AlgoSettings
@@ -144,7 +144,7 @@ def test_vespo_with_an_engine_ratio_the_smallest_case_by_hand():
     phi(2) = e^3 2^2 e^-6 = 4 e^-3, loss -phi A log pi = 4 e^-3 (the issue's 0.199; multiplying
     the row's term by the engine ratio 2 instead would give 2.0)."""
     step = _step([[-1.0 - math.log(2.0)]], [[1.0]], [1.0])
-    loss, grad, _ = ours(ClippedObjective(surrogate=VESPO()), TokenTruncate(cap=3.0), step, FixedScorer([[-1.0]]))
+    loss, grad, _ = ours(PolicyObjective(surrogate=VESPO()), TokenTruncate(cap=3.0), step, FixedScorer([[-1.0]]))
     assert loss == pytest.approx(4 * math.exp(-3), rel=1e-12)
     assert grad[0][0] == pytest.approx(-4 * math.exp(-3), rel=1e-12)  # d/dlog pi of -sg(phi) A log pi
 
@@ -163,20 +163,20 @@ def test_vespo_on_engine_rows_equals_trl_by_value_and_gradient(mode, correction)
     """Two passes over the rollout (old != current), a token over the cap in row 0 (truncated, or
     masked to 0 whose log TRL floors at log 1e-8), padding in rows 1 and 2."""
     step = _step(SAMPLER, MASK, ADV)._replace(old_logps=torch.tensor(OLD, dtype=f64))
-    loss, grad, _ = ours(ClippedObjective(surrogate=VESPO()), correction, step, FixedScorer(LOGPS))
+    loss, grad, _ = ours(PolicyObjective(surrogate=VESPO()), correction, step, FixedScorer(LOGPS))
     is_ratio = trl_is_ratio(OLD, SAMPLER, MASK, mode, 3.0)
     want, want_grad = trl_grad(LOGPS, lambda lp: trl_loss("vespo", lp, OLD, ADV, MASK, is_ratio=is_ratio))
     assert loss == pytest.approx(want, rel=1e-10)
     assert torch.allclose(torch.tensor(grad), torch.tensor(want_grad), rtol=1e-9, atol=1e-15)
     # the engine ratio matters: without it the loss is another number
     plain = _step(OLD, MASK, ADV)._replace(old_logps=torch.tensor(OLD, dtype=f64))
-    other, _, _ = ours(ClippedObjective(surrogate=VESPO()), correction, plain, FixedScorer(LOGPS))
+    other, _, _ = ours(PolicyObjective(surrogate=VESPO()), correction, plain, FixedScorer(LOGPS))
     assert abs(other - loss) > 1e-3
 
 
 def test_the_clip_on_engine_rows_still_multiplies_each_token_by_the_engine_weight_as_trl():
     step = _step(SAMPLER, MASK, ADV)._replace(old_logps=torch.tensor(OLD, dtype=f64))
-    loss, grad, _ = ours(ClippedObjective(), TokenTruncate(cap=3.0), step, FixedScorer(LOGPS), aggregate=RowMean())
+    loss, grad, _ = ours(PolicyObjective(), TokenTruncate(cap=3.0), step, FixedScorer(LOGPS), aggregate=RowMean())
     is_ratio = trl_is_ratio(OLD, SAMPLER, MASK, "token_truncate", 3.0)
     want, want_grad = trl_grad(LOGPS, lambda lp: trl_loss("grpo", lp, OLD, ADV, MASK, is_ratio=is_ratio))
     assert loss == pytest.approx(want, rel=1e-10)
@@ -197,7 +197,7 @@ def test_ratio_weighted_kl_on_policy_has_trls_gradient_by_hand():
     beta (1 - e^-1 + e^-1) = 0.0400 (TRL's use_bias_correction_kl, its default)."""
     for weighted, want in ((False, 0.04 * (1 - math.exp(-1))), (True, 0.04)):
         step = _step([[-1.0]], [[1.0]], [0.0], ref=[[-2.0]])._replace(engine_sampled=False)
-        loss, grad, _ = ours(ClippedObjective(kl_ratio_weighted=weighted), None, step, FixedScorer([[-1.0]]),
+        loss, grad, _ = ours(PolicyObjective(kl_ratio_weighted=weighted), None, step, FixedScorer([[-1.0]]),
                              beta=0.04)
         assert loss == pytest.approx(0.04 * math.exp(-1), rel=1e-12)
         assert grad[0][0] == pytest.approx(want, rel=1e-12)
@@ -207,7 +207,7 @@ def test_ratio_weighted_kl_on_policy_has_trls_gradient_by_hand():
 @pytest.mark.parametrize("weighted", [False, True])
 def test_kl_off_policy_equals_trl_by_value_and_gradient(level, weighted):
     step = _step(OLD, MASK, ADV, ref=REF)._replace(old_logps=torch.tensor(OLD, dtype=f64), engine_sampled=False)
-    objective = ClippedObjective(kl_ratio_weighted=weighted, **({"ratio": SequenceRatio()} if level == "sequence"
+    objective = PolicyObjective(kl_ratio_weighted=weighted, **({"ratio": SequenceRatio()} if level == "sequence"
                                                                  else {}))
     loss, grad, _ = ours(objective, None, step, FixedScorer(LOGPS), beta=0.04, aggregate=RowMean())
     want, want_grad = trl_grad(LOGPS, lambda lp: trl_loss("grpo", lp, OLD, ADV, MASK, ref=REF, beta=0.04,
@@ -228,7 +228,7 @@ ENT = [[0.9, 0.1, 1.4, 0.3], [0.2, 1.1, 0.6, 5.0], [1.6, 0.05, 9.0, 9.0]]  # pad
 
 def test_tokens_outside_the_entropy_mask_get_exactly_no_policy_gradient():
     step = _step(OLD, MASK, ADV)._replace(engine_sampled=False)
-    _, grad, stats = ours(ClippedObjective(), None, step, FixedScorer(LOGPS, ENT), quantile=0.5)
+    _, grad, stats = ours(PolicyObjective(), None, step, FixedScorer(LOGPS, ENT), quantile=0.5)
     # the top half of the 9 loss tokens' entropies (quantile 0.5 of them is 0.6): 0.9, 1.4, 0.6, 1.1, 1.6
     kept = [[1, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 0]]
     for i in range(3):
@@ -237,7 +237,7 @@ def test_tokens_outside_the_entropy_mask_get_exactly_no_policy_gradient():
                 assert grad[i][t] != 0.0, (i, t)
             else:
                 assert grad[i][t] == 0.0, (i, t)
-    assert stats["entropy_kept"].item() == pytest.approx(5 / 9)
+    assert stats.entropy_kept.item() == pytest.approx(5 / 9)
 
 
 def test_the_entropy_bonus_is_the_mean_over_the_kept_tokens_as_trl():
@@ -277,4 +277,4 @@ def test_cispo_logs_the_capped_share_of_positive_advantage_tokens_as_trl():
     _, stats = policy_loss(torch.tensor(LOGPS, dtype=f64), None, torch.tensor(OLD, dtype=f64),
                            torch.tensor(ADV, dtype=f64), torch.tensor(MASK, dtype=f64), beta=0.0,
                            aggregate=TokenMean(), surrogate=CISPO(max_ratio=1.1))
-    assert stats["clip_frac_high"].item() == pytest.approx(3 / 9)
+    assert stats.clip_frac_high.item() == pytest.approx(3 / 9)

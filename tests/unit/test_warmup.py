@@ -3,12 +3,12 @@ import shutil
 import torch
 from safetensors.torch import load_file, save_file
 
-import grpo_aug.models.warmup as warmup_lib
+import grpo_aug.warmup.supervised as warmup_lib
 from grpo_aug.data.records import Prompt
 from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.models.settings import WarmupSettings
 from grpo_aug.models.tiny import build_tiny_model
-from grpo_aug.models.warmup import model_key, off_by_one, sft_batch, supervised_warmup
+from grpo_aug.warmup.supervised import model_key, off_by_one, sft_batch, supervised_warmup
 
 
 def _p(answer, solution):

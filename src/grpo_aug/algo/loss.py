@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -20,6 +20,20 @@ LOG_RATIO_BOUND = 20.0
 KLFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 Aggregate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 RatioFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LossStats(NamedTuple):
+    """What the loss measured on its tokens, detached, each []: means over the loss tokens,
+    maxima over them (0 without any)."""
+
+    kl_mean: torch.Tensor
+    kl_max: torch.Tensor
+    clip_frac_low: torch.Tensor  # tokens clipped at 1 - eps_low (where that side binds)
+    clip_frac_high: torch.Tensor
+    clip_frac: torch.Tensor  # either side
+    clip_frac_dual: torch.Tensor  # negative-advantage tokens capped by the dual clip
+    ratio_mean: torch.Tensor
+    ratio_max: torch.Tensor
 
 
 def policy_loss(
@@ -42,7 +56,7 @@ def policy_loss(
     is_weight: torch.Tensor | None = None,
     kl_ratio_weighted: bool = False,
     bonus_share: float | torch.Tensor = 1.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, LossStats]:
     """-(clipped surrogate - beta * KL + entropy_coef * H), aggregated over masked tokens; plus detached stats.
 
     logps/ref_logps/old_logps/mask/entropy: [..., T]; advantages: [...] (one per row). The ratio
@@ -70,17 +84,10 @@ def policy_loss(
     log_ratio = ratio(token_log_ratio, mask)  # [..., T] or [..., 1]
     ratio_t = torch.exp(log_ratio).expand_as(logps)  # [..., T]
     adv = advantages.unsqueeze(-1)  # [..., 1]
-    dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
     if surrogate is None:
-        clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
-        pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
-        if clip_ratio_c is not None:
-            dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
-            pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
-        with torch.no_grad():
-            low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
-            high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
+        pg, low, high, dual = clipped_pg(ratio_t, adv, clip_eps_low, clip_eps_high, clip_ratio_c)  # [..., T] each
     else:
+        dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
         folds = is_weight is not None and getattr(surrogate, "folds_is_weight", False)
         extra = {"is_weight": is_weight} if folds else {}
         pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t, **extra)  # [..., T]
@@ -103,28 +110,51 @@ def policy_loss(
         acts = mask if kept is None else mask * kept.to(mask.dtype)  # [..., T]
         loss = loss - entropy_coef * bonus_share * (entropy * acts).sum() / acts.sum().clamp(min=1.0)
 
+    return loss, loss_stats(mask, kl_tokens, ratio_t, low, high, dual)
+
+
+def clipped_pg(ratio_t: torch.Tensor, adv: torch.Tensor, clip_eps_low: float, clip_eps_high: float,
+               clip_ratio_c: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped term min(r A, clip(r) A) per token ([..., T] ratio, [..., 1] advantages), with
+    verl's dual clip; and where the clip bound (low side, high side) and where the dual clip did."""
+    clipped = ratio_t.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)  # [..., T]
+    pg = torch.min(ratio_t * adv, clipped * adv)  # [..., T]
+    dual = torch.zeros_like(ratio_t, dtype=torch.bool)  # [..., T]
+    if clip_ratio_c is not None:
+        dual = (adv < 0) & (pg < clip_ratio_c * adv)  # [..., T]
+        pg = torch.where(dual, clip_ratio_c * adv.expand_as(pg), pg)
     with torch.no_grad():
-        on = mask > 0
-        n = mask.sum().clamp(min=1.0)
-        low, high = low & on, high & on
-        zero = torch.zeros((), dtype=logps.dtype, device=logps.device)
-        stats = {
-            "kl_mean": (kl_tokens * mask).sum() / n,
-            "kl_max": torch.where(on, kl_tokens, zero).max() if on.any() else zero,
-            "clip_frac_low": low.sum() / n,
-            "clip_frac_high": high.sum() / n,
-            "clip_frac": (low | high).sum() / n,
-            "clip_frac_dual": (dual & on).sum() / n,
-            "ratio_mean": (ratio_t * mask).sum() / n,
-            "ratio_max": torch.where(on, ratio_t, zero).max() if on.any() else zero,
-        }
-    return loss, stats
+        low = (ratio_t < 1.0 - clip_eps_low) & (adv < 0)  # the min picked the clipped side
+        high = (ratio_t > 1.0 + clip_eps_high) & (adv > 0)
+    return pg, low, high, dual
+
+
+@torch.no_grad()
+def loss_stats(mask: torch.Tensor, kl_tokens: torch.Tensor, ratio_t: torch.Tensor, low: torch.Tensor,
+               high: torch.Tensor, dual: torch.Tensor) -> LossStats:
+    """The loss's statistics over its loss tokens (mask [..., T] in the log-probs' dtype)."""
+    on = mask > 0
+    n = mask.sum().clamp(min=1.0)
+    low, high = low & on, high & on
+    zero = torch.zeros((), dtype=mask.dtype, device=mask.device)
+    return LossStats(
+        kl_mean=(kl_tokens * mask).sum() / n,
+        kl_max=torch.where(on, kl_tokens, zero).max() if on.any() else zero,
+        clip_frac_low=low.sum() / n,
+        clip_frac_high=high.sum() / n,
+        clip_frac=(low | high).sum() / n,
+        clip_frac_dual=(dual & on).sum() / n,
+        ratio_mean=(ratio_t * mask).sum() / n,
+        ratio_max=torch.where(on, ratio_t, zero).max() if on.any() else zero,
+    )
 
 
 @dataclass(frozen=True)
-class ClippedObjective:
+class PolicyObjective:
     """policy_loss with its settings held (built from `algo` by AlgoSettings.objective): called on
-    one chunk's tensors, with the step's beta and the update's aggregation."""
+    one chunk's tensors, with the step's beta and the update's aggregation. The policy-gradient
+    term is the clip, or the `surrogate` named by algo/surrogate (algo/objectives.py: cispo, sapo,
+    vespo)."""
 
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
@@ -139,31 +169,9 @@ class ClippedObjective:
                  advantages: torch.Tensor, mask: torch.Tensor, beta: float, aggregate: Aggregate,
                  entropy: torch.Tensor | None = None, kept: torch.Tensor | None = None,
                  is_weight: torch.Tensor | None = None, bonus_share: float | torch.Tensor = 1.0,
-                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 ) -> tuple[torch.Tensor, LossStats]:
         return policy_loss(logps, ref_logps, old_logps, advantages, mask, beta=beta, clip_eps_low=self.clip_eps_low,
                            clip_eps_high=self.clip_eps_high, kl=self.kl, aggregate=aggregate, ratio=self.ratio,
                            clip_ratio_c=self.clip_ratio_c, entropy=entropy, entropy_coef=self.entropy_coef,
                            kept=kept, surrogate=self.surrogate, is_weight=is_weight,
                            kl_ratio_weighted=self.kl_ratio_weighted, bonus_share=bonus_share)
-
-
-STAT_MAX = ("kl_max", "ratio_max", "is_ratio_max")
-
-
-def merge_stats(parts: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
-    """Chunk stats -> update stats: means weighted by the tokens of the chunks that report the
-    stat (entropy is measured on some updates only), maxima for the *_max entries."""
-    names = ("kl_mean", "kl_max", "clip_frac", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "ratio_mean",
-             "ratio_max", "entropy", "logprob_gap", "is_ratio_mean", "is_ratio_max", "is_masked_frac", "entropy_kept")
-    merged = {}
-    for name in names:
-        reporting = [p for p in parts if name in p]
-        if not reporting:
-            merged[name] = torch.zeros((), device=device)
-        elif name in STAT_MAX:
-            merged[name] = torch.stack([p[name] for p in reporting]).max()
-        else:
-            tokens = torch.stack([p["tokens"] for p in reporting]).float()
-            values = torch.stack([p[name] for p in reporting])
-            merged[name] = (values * tokens).sum() / tokens.sum().clamp(min=1)
-    return merged

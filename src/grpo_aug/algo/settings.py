@@ -11,7 +11,7 @@ from grpo_aug.algo.aggregate import RowMean
 from grpo_aug.algo.beta import ConstantBeta
 from grpo_aug.algo.engine_correction import TokenTruncate
 from grpo_aug.algo.kl import k3_kl
-from grpo_aug.algo.loss import ClippedObjective
+from grpo_aug.algo.loss import PolicyObjective
 from grpo_aug.algo.masks import LossMask
 from grpo_aug.algo.objectives import VESPO, Clipped
 from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
@@ -117,9 +117,9 @@ class AlgoSettings:
         return not self.beta.always_zero
 
     @property
-    def objective(self) -> ClippedObjective:
+    def objective(self) -> PolicyObjective:
         """The clipped loss with these settings; beta and the aggregation come per update."""
-        return ClippedObjective(self.clip_eps_low, self.clip_eps_high, self.kl, self.ratio, self.clip_ratio_c,
+        return PolicyObjective(self.clip_eps_low, self.clip_eps_high, self.kl, self.ratio, self.clip_ratio_c,
                                 self.entropy_coef, None if isinstance(self.surrogate, Clipped) else self.surrogate,
                                 self.kl_ratio_weighted)
 

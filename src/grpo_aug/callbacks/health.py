@@ -19,7 +19,7 @@ health/completion_length_mean, _p10, _p50, _p90
 health/length_polarisation        p90 / p10 of completion lengths: >> 1 means some completions stop
                                   at once while others run long (two populations, not one spread)
 health/junk_frac                  completion characters that are U+FFFD, control characters or letters
-                                  outside the prompt's script (rollout/junk.py): tokenizer/template trouble
+                                  outside the prompt's script (junk_chars.py): tokenizer/template trouble
 rollout/unique_ratio              completions that are not near-copies of another in their group
 rollout/groups_dropped_frac       groups left out of the update: too few distinct completions, or no spread
                                   under rollout.filter.zero_std
@@ -102,23 +102,39 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
     for name in ("clip_frac", "clip_frac_low", "clip_frac_high"):
         values[f"health/{name}"] = (getattr(report, name), loss_tokens)
     if report.tool_calls is not None:
-        calls = report.tool_calls.float()  # [R]
-        values["tools/call_frequency"] = (share(calls > 0), rows)
-        values["tools/calls_per_row"] = (calls.mean() if calls.numel() else 0 * one, rows)
-        values["tools/failure_frequency"] = (report.tool_failures.sum() / calls.sum().clamp(min=1), calls.sum())
-        values["tools/token_share"] = ((report.tool_tokens / report.row_tokens.clamp(min=1)).mean()
-                                       if calls.numel() else 0 * one, rows)
+        values.update(_tool_values(report, rows))
     for name in ("refill_rounds", "refill_exhausted"):
         values[f"rollout/{name}"] = (getattr(report, name), one)
-    temperatures = report.temperatures.reshape(rewards.shape)  # [N, G]
-    # the configured ladder, not the rows': max-variance down-sampling keeps different rungs in
-    # different groups, and every rank must update the same names
-    for t in report.ladder:
-        rung = (temperatures == t) & scored
-        values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), one * rung.sum())
+    values.update(_ladder_values(report))
     device = rewards.device
     return {k: (torch.as_tensor(v, dtype=torch.float32, device=device), torch.as_tensor(w, device=device))
             for k, (v, w) in values.items()}
+
+
+def _tool_values(report: StepReport, rows: torch.Tensor) -> dict[str, tuple]:
+    """tools/* for a step whose rows called tools (rows: the rows that exist, as a weight)."""
+    calls = report.tool_calls.float()  # [R]
+    zero = torch.zeros((), device=calls.device)
+    return {
+        "tools/call_frequency": ((calls > 0).float().mean() if calls.numel() else zero, rows),
+        "tools/calls_per_row": (calls.mean() if calls.numel() else zero, rows),
+        "tools/failure_frequency": (report.tool_failures.sum() / calls.sum().clamp(min=1), calls.sum()),
+        "tools/token_share": ((report.tool_tokens / report.row_tokens.clamp(min=1)).mean()
+                              if calls.numel() else zero, rows),
+    }
+
+
+def _ladder_values(report: StepReport) -> dict[str, tuple]:
+    """rollout/reward_by_temperature/<T>: the mean reward of each rung's scored rows."""
+    rewards, scored = report.rewards, report.scored  # [N, G] each
+    temperatures = report.temperatures.reshape(rewards.shape)  # [N, G]
+    # the configured ladder, not the rows': max-variance down-sampling keeps different rungs in
+    # different groups, and every rank must update the same names
+    values = {}
+    for t in report.ladder:
+        rung = (temperatures == t) & scored
+        values[f"rollout/reward_by_temperature/{t:g}"] = (counted_mean(rewards, rung), rung.sum().float())
+    return values
 
 
 def length_stats(lengths: torch.Tensor) -> dict[str, float]:

@@ -98,33 +98,13 @@ def generate(
     (other models, sharded weights) the HF forward runs as without.
     """
     device = next(model.parameters()).device
-    # a group repeats its prompt G times: encode each distinct prompt once, prefill it once
-    keys = [p if isinstance(p, str) else tuple(p) for p in prompts]
-    distinct = list(dict.fromkeys(keys))
-    row_of = {key: i for i, key in enumerate(distinct)}
-    index = torch.tensor([row_of[key] for key in keys], device=device)  # [N] row -> distinct prompt
-    enc = encode(tokenizer, distinct)
-    prompt_ids = enc.input_ids.to(device)[index]  # [N, P]
-    prompt_mask = enc.attention_mask.to(device)[index]  # [N, P]
-    temperatures = temperatures.to(device)
-    n, p = prompt_ids.shape
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     k = knobs or Knobs()
-
     was_training = model.training
     model.eval()  # dropout off while sampling
-    cache = DynamicCache()
+    prompt_ids, prompt_mask, logits, cache, position = prefill(model, tokenizer, prompts, device)
+    n, p = prompt_ids.shape
     # allocated once; step t attends to the first P + t columns (a view, no copy per token)
     attn = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(n, max_new_tokens)], dim=1)
-    first_mask = enc.attention_mask.to(device)  # [U, P]
-    first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
-    out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
-                use_cache=True, logits_to_keep=keep_last(model, 1, enc.input_ids.shape[1]),
-                **cache_kwargs(model, cache))  # only the last position's logits
-    logits = out.logits[:, -1].float()[index]  # [N, V]
-    for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
-        layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
-    position = first_position[index, -1:]  # [N, 1]
     decoder = None
     if lean and supports(model) and not sharded(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
@@ -132,51 +112,22 @@ def generate(
                                                              max_new_tokens)
         if static and device.type == "cuda":
             decoder.capture()
-    finished = torch.zeros(n, dtype=torch.bool, device=device)  # EOS or a stop string
-    halted = torch.zeros(n, dtype=torch.bool, device=device)  # finished, or at its own limit
-    limits = None if limits is None else limits.to(device)
-    stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
-    seen = None
-    if k.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
-        counts = torch.zeros(n, logits.shape[-1], dtype=torch.long, device=device)
-        seen = counts.scatter_add_(1, prompt_ids, prompt_mask.long()) > 0
-    completion = torch.full((n, max_new_tokens), pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
-    sample_lp = torch.zeros(n, max_new_tokens, dtype=torch.float32, device=device)  # [N, T]
-    scored_at = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).float()  # [N]
-    alive = torch.zeros(n, max_new_tokens, dtype=torch.bool, device=device)  # [N, T]
+    rows = DecodeRows(prompt_ids, prompt_mask, temperatures.to(device), max_new_tokens, tokenizer, k,
+                      None if limits is None else limits.to(device), logits.shape[-1])
     active = torch.arange(n, device=device)  # the rows still in the decode batch
-    steps = 0
     for step in range(max_new_tokens):
-        drawn_from = logits if seen is None else penalise_repeats(logits, seen[active], k.repetition_penalty)
-        token, token_lp = sample_next_token(drawn_from, temperatures[active], top_p, generator, k.top_k,
+        drawn_from = logits if rows.seen is None else penalise_repeats(logits, rows.seen[active],
+                                                                       k.repetition_penalty)
+        token, token_lp = sample_next_token(drawn_from, rows.temperatures[active], top_p, generator, k.top_k,
                                             k.min_p)  # [A], [A]
-        done = halted[active]  # ended earlier, not yet dropped from the batch
-        token = torch.where(done, torch.full_like(token, pad), token)
-        completion[active, step] = token
-        if seen is not None:  # drawn from penalised logits; the trainer scores the model's own
-            token_lp = (logits / scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
-        sample_lp[active, step] = torch.where(done, 0.0, token_lp)
-        alive[active, step] = ~done
-        finished[active] = finished[active] | (~done & (token == eos))
-        if seen is not None:
-            seen[active[~done], token[~done]] = True
-        running = active[~(finished | halted)[active]] if k.stop else active[:0]  # [R]
-        if len(running):  # rows whose newest token completed a stop string end here
-            tails = tokenizer.batch_decode(completion[running, max(0, step + 1 - k.stop_window) : step + 1],
-                                           skip_special_tokens=True)
-            hit = torch.tensor([any(s in t for s in k.stop) for t in tails], dtype=torch.bool, device=device)
-            finished[running[hit]] = stopped[running[hit]] = True
-        halted |= finished
-        if limits is not None:
-            halted |= limits <= step + 1
-        steps = step + 1
+        token = rows.record(step, active, token, token_lp, logits)
         # one host sync per token; it lets the loop end early, which pays for itself
-        done_here = bool(halted.all())
+        done_here = bool(rows.halted.all())
         if step == max_new_tokens - 1 or (done_here if all_done is None else all_done(done_here)):
             break
         # rows that ended leave the batch once they are a quarter of it: every later token then
         # costs only the rows still writing
-        running = ~halted[active]  # [A]
+        running = ~rows.halted[active]  # [A]
         if int(running.sum()) <= 0.75 * len(active):
             keep = running.nonzero().squeeze(1)  # [A']
             if len(keep) == 0:  # only when other ranks still decode: their forwards need this rank's
@@ -195,19 +146,103 @@ def generate(
                     **cache_kwargs(model, cache), use_cache=True)
         logits = out.logits[:, -1].float()
     model.train(was_training)
+    return rows.rollout()
 
-    completion = completion[:, :steps]  # [N, T]
-    completion_mask = alive[:, :steps].to(prompt_mask.dtype)  # [N, T]
-    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
-    for i in stopped.nonzero().flatten().tolist():
-        texts[i] = cut_at_stop(texts[i], k.stop, k.include_stop)[0]
-    return Rollout(
-        input_ids=torch.cat([prompt_ids, completion], dim=1),  # [N, P + T]
-        attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),  # [N, P + T]
-        completion_mask=completion_mask,
-        temperatures=temperatures,
-        prompt_len=p,
-        texts=texts,
-        truncated=~finished,
-        sample_logprobs=sample_lp[:, :steps] * completion_mask,
-    )
+
+def prefill(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+            prompts: Sequence[str] | Sequence[Sequence[int]], device: torch.device):
+    """One forward over the distinct prompts (a group repeats its prompt G times: each is encoded
+    and prefilled once), its KV cache copied out to every row. Returns the rows' prompt ids and mask
+    [N, P], the last position's logits [N, V], the cache and each row's last position [N, 1]."""
+    keys = [p if isinstance(p, str) else tuple(p) for p in prompts]
+    distinct = list(dict.fromkeys(keys))
+    row_of = {key: i for i, key in enumerate(distinct)}
+    index = torch.tensor([row_of[key] for key in keys], device=device)  # [N] row -> distinct prompt
+    enc = encode(tokenizer, distinct)
+    prompt_ids = enc.input_ids.to(device)[index]  # [N, P]
+    prompt_mask = enc.attention_mask.to(device)[index]  # [N, P]
+    cache = DynamicCache()
+    first_mask = enc.attention_mask.to(device)  # [U, P]
+    first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
+    out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
+                use_cache=True, logits_to_keep=keep_last(model, 1, enc.input_ids.shape[1]),
+                **cache_kwargs(model, cache))  # only the last position's logits
+    logits = out.logits[:, -1].float()[index]  # [N, V]
+    for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
+        layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
+    return prompt_ids, prompt_mask, logits, cache, first_position[index, -1:]
+
+
+class DecodeRows:
+    """What the decode loop writes for every row, whichever rows are still in its batch: the
+    tokens, their log-probs, which rows ended (EOS, a stop string, their own limit)."""
+
+    def __init__(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, temperatures: torch.Tensor,
+                 max_new_tokens: int, tokenizer: PreTrainedTokenizerBase, knobs: Knobs,
+                 limits: torch.Tensor | None, vocab: int) -> None:
+        n, device = prompt_ids.shape[0], prompt_ids.device
+        self.prompt_ids, self.prompt_mask, self.temperatures = prompt_ids, prompt_mask, temperatures  # [N, P] [N]
+        self.tokenizer, self.knobs, self.limits = tokenizer, knobs, limits
+        self.eos, self.pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        self.finished = torch.zeros(n, dtype=torch.bool, device=device)  # EOS or a stop string
+        self.halted = torch.zeros(n, dtype=torch.bool, device=device)  # finished, or at its own limit
+        self.stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
+        self.seen = None
+        if knobs.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
+            counts = torch.zeros(n, vocab, dtype=torch.long, device=device)
+            self.seen = counts.scatter_add_(1, prompt_ids, prompt_mask.long()) > 0
+        self.completion = torch.full((n, max_new_tokens), self.pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
+        self.sample_lp = torch.zeros(n, max_new_tokens, dtype=torch.float32, device=device)  # [N, T]
+        self.scored_at = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).float()  # [N]
+        self.alive = torch.zeros(n, max_new_tokens, dtype=torch.bool, device=device)  # [N, T]
+        self.steps = 0
+
+    def record(self, step: int, active: torch.Tensor, token: torch.Tensor, token_lp: torch.Tensor,
+               logits: torch.Tensor) -> torch.Tensor:
+        """Write step `step`'s tokens of the rows `active` ([A] each; a row that ended earlier
+        writes padding); returns the tokens as written."""
+        done = self.halted[active]  # ended earlier, not yet dropped from the batch
+        token = torch.where(done, torch.full_like(token, self.pad), token)
+        self.completion[active, step] = token
+        if self.seen is not None:  # drawn from penalised logits; the trainer scores the model's own
+            token_lp = (logits / self.scored_at[active, None]).log_softmax(-1).gather(-1, token[:, None])[:, 0]
+        self.sample_lp[active, step] = torch.where(done, 0.0, token_lp)
+        self.alive[active, step] = ~done
+        self.finished[active] = self.finished[active] | (~done & (token == self.eos))
+        if self.seen is not None:
+            self.seen[active[~done], token[~done]] = True
+        self._stop_strings(step, active)
+        self.halted |= self.finished
+        if self.limits is not None:
+            self.halted |= self.limits <= step + 1
+        self.steps = step + 1
+        return token
+
+    def _stop_strings(self, step: int, active: torch.Tensor) -> None:
+        """Rows whose newest token completed a stop string end here."""
+        k = self.knobs
+        running = active[~(self.finished | self.halted)[active]] if k.stop else active[:0]  # [R]
+        if len(running):
+            tails = self.tokenizer.batch_decode(self.completion[running, max(0, step + 1 - k.stop_window) : step + 1],
+                                                skip_special_tokens=True)
+            hit = torch.tensor([any(s in t for s in k.stop) for t in tails], dtype=torch.bool,
+                               device=running.device)
+            self.finished[running[hit]] = self.stopped[running[hit]] = True
+
+    def rollout(self) -> Rollout:
+        steps = self.steps
+        completion = self.completion[:, :steps]  # [N, T]
+        completion_mask = self.alive[:, :steps].to(self.prompt_mask.dtype)  # [N, T]
+        texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
+        for i in self.stopped.nonzero().flatten().tolist():
+            texts[i] = cut_at_stop(texts[i], self.knobs.stop, self.knobs.include_stop)[0]
+        return Rollout(
+            input_ids=torch.cat([self.prompt_ids, completion], dim=1),  # [N, P + T]
+            attention_mask=torch.cat([self.prompt_mask, completion_mask], dim=1),  # [N, P + T]
+            completion_mask=completion_mask,
+            temperatures=self.temperatures,
+            prompt_len=self.prompt_ids.shape[1],
+            texts=texts,
+            truncated=~self.finished,
+            sample_logprobs=self.sample_lp[:, :steps] * completion_mask,
+        )

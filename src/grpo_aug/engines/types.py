@@ -20,7 +20,7 @@ class Rollout(NamedTuple):
     # None when the engine reports none. The trainer's own log-probs should match it (rollout/logprob_gap)
     sample_logprobs: torch.Tensor | None = None
     # [N, T] bool completion tokens the rollout wrote, not the policy (a reference prefix,
-    # rollout/guide.py): later tokens are scored after them, they carry no loss. None: none
+    # rollout/reference_prefix.py): later tokens are scored after them, they carry no loss. None: none
     given: torch.Tensor | None = None
     # multi-turn rollouts (engines/turns.py); None without tools
     tool_calls: torch.Tensor | None = None  # [N] tool calls the row made

@@ -30,12 +30,12 @@ from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
 from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.datamodule import PaddingBatch
 from grpo_aug.prompts.pass_rate import pass_rates
-from grpo_aug.prompts.selection import Picked
 from grpo_aug.rewards.trl import TrainerState
-from grpo_aug.rollout.groups import GroupRollout, SampledGroups
-from grpo_aug.update.ahead import AheadQueue, Sampler, pending_picked
+from grpo_aug.rollout.groups import GroupRollout
+from grpo_aug.step_types import Picked, PreparedStep, SampledGroups, UpdateStats
+from grpo_aug.update.ahead import AheadQueue, PolicyCopy, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
-from grpo_aug.update.step import PreparedStep, step_report, train_scalars
+from grpo_aug.update.step import step_report, train_scalars
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class GRPOModule(L.LightningModule):
         # rollout.ahead >= 1 (update/ahead.py): the queue of rollouts sampled ahead, the hf engine's
         # copy of the weights they sample from, and a checkpoint's queued batches to sample again
         self.ahead: AheadQueue | None = None
-        self.sampler: Sampler | None = None
+        self.sampler: PolicyCopy | None = None
         self.restored_queue: list[dict] = []
 
     @property
@@ -132,7 +132,7 @@ class GRPOModule(L.LightningModule):
         self.rollout.restore(next(self.policy.parameters()).device, self.global_rank)
         if self.rollout.settings.ahead:
             self.ahead = AheadQueue(self.rollout.settings.ahead)
-            self.sampler = None if self.rollout.engine.external else Sampler(self.policy)
+            self.sampler = None if self.rollout.engine.external else PolicyCopy(self.policy)
             self.rollout.engine.sync(self.policy, self.global_step)  # an external sampler starts from these weights
             for entry in self.restored_queue:  # sampled again, from the checkpoint's weights
                 picked, rollout_step = pending_picked(entry)
@@ -173,7 +173,7 @@ class GRPOModule(L.LightningModule):
         picked, sampled, curriculum = self.sample_groups(batch, rollout_step, self.global_step)
 
         # 3. masks, advantages, reference (and old) log-probs: once per rollout
-        step = self.prepare(sampled, len(picked.prompts))
+        step = self.prepare(sampled)
 
         # 4. the clipped-loss updates over minibatches of whole groups
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
@@ -182,9 +182,9 @@ class GRPOModule(L.LightningModule):
         # 5. logs, and the report the callbacks read
         return self.finish_step(step, updates, kl_mean, beta, curriculum)
 
-    def finish_step(self, step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor, beta: float,
+    def finish_step(self, step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor, beta: float,
                     curriculum: dict[str, float], extra: dict[str, float] | None = None) -> dict:
-        for skipped in updates["skipped"].tolist():
+        for skipped in updates.skipped.tolist():
             self.counts.add_update(bool(skipped))
         self._log_step(step, updates, beta, curriculum, extra)
         self.counts.stop_if_stuck(self.algo.max_consecutive_nonfinite, self.global_step,
@@ -207,7 +207,7 @@ class GRPOModule(L.LightningModule):
         # it; the updates' ratio is against its sampler's log-probs
         job, sampled, dropped = queue.take(version)
         curriculum = self.feed.observe(job.picked, sampled, job.rollout_step, self.rollout.settings.rows_per_prompt)
-        step = self.prepare(sampled, len(job.picked.prompts))
+        step = self.prepare(sampled)
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
         updates, kl_mean, beta = self.update.train(self.policy, step, handle)
 
@@ -223,15 +223,23 @@ class GRPOModule(L.LightningModule):
 
     def _submit(self, picked: Picked, rollout_step: int) -> None:
         """Queue the rollout of `picked` on the worker; what it needs from this thread is read now."""
-        s, step = self.rollout.settings, self.global_step
+        step = self.global_step
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
+        rows = self._rows_per_prompt(picked)
         model, generator = (self.sampler.model if self.sampler is not None else self.policy), self.generator
 
         def sample() -> SampledGroups:
             return self.rollout.sample(model, picked.prompts, step, generator, state, rows)
 
         self.ahead.submit(picked, rollout_step, self.global_step // self.algo.updates_per_rollout, sample)
+
+    def _rows_per_prompt(self, picked: Picked) -> list[int] | None:
+        """Rows for each picked prompt (rollout/budget: shared out by predicted pass rate); None:
+        group_size each."""
+        s = self.rollout.settings
+        if not s.budget.active:
+            return None
+        return s.budget.rows(self.feed.history.predicted_pass(picked.prompts, s.budget.prior), s.group_size)
 
     def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int
                       ) -> tuple[Picked, SampledGroups, dict[str, float]]:
@@ -242,20 +250,17 @@ class GRPOModule(L.LightningModule):
         picked = self.feed.pick(batch, rollout_step, self.policy)
         self.rollout.engine.sync(self.policy, step)  # an external engine samples from these weights
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        s = self.rollout.settings  # rows per prompt: group_size each, or shared out by predicted pass rate
-        rows = s.budget.rows(picked.prompts, self.feed.history, s.group_size) if s.budget.active else None
-        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state, rows)
+        s = self.rollout.settings
+        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state,
+                                      self._rows_per_prompt(picked))
         curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 
-    def prepare(self, sampled: SampledGroups, picked: int) -> PreparedStep:
-        """What the updates need from the step's groups (`picked`: prompts the feed chose)."""
-        s = self.rollout.settings
-        return self.update.prepare(self.policy, sampled, self.models.reference, s.filter.zero_std,
-                                   picked if s.filter.refill else None, self.rollout.engine.external,
-                                   off_policy=sampled.versions is not None)
+    def prepare(self, sampled: SampledGroups) -> PreparedStep:
+        """What the updates need from the step's groups."""
+        return self.update.prepare(self.policy, sampled, self.models.reference)
 
-    def _log_step(self, step: PreparedStep, summary: dict[str, torch.Tensor], beta: float,
+    def _log_step(self, step: PreparedStep, summary: UpdateStats, beta: float,
                   curriculum: dict[str, float], extra: dict[str, float] | None = None) -> None:
         sampled = step.sampled
         c = self.counts

@@ -14,7 +14,7 @@ from grpo_aug.models.loading import DTYPES
 
 @dataclass(frozen=True)
 class WarmupSettings:
-    """A short supervised warm-up on the training solutions (see models/warmup.py); steps 0: off.
+    """A short supervised warm-up on the training solutions (see warmup/supervised.py); steps 0: off.
 
     No defaults: conf/model/tiny.yaml and conf/model/hf.yaml set every field, differently."""
 
@@ -24,7 +24,7 @@ class WarmupSettings:
     buckets: Sequence[str]
     off_by_one: float  # share of demonstrations whose final result is one too high
     seed: int | None = None  # the warm-up's batch order and slips; None: the run's seed
-    shipped: bool = True  # load the shipped start of the same recipe, if any (models/shipped.py)
+    shipped: bool = True  # load the shipped start of the same recipe, if any (warmup/shipped.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "buckets", tuple(self.buckets))

@@ -23,8 +23,8 @@ from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.distributed import gather_per_rank
 from grpo_aug.prompts.curriculum import Seen
 from grpo_aug.prompts.likelihood import reference_logprobs
-from grpo_aug.prompts.selection import Picked, PromptSelection
-from grpo_aug.rollout.groups import SampledGroups
+from grpo_aug.prompts.selection import PromptSelection
+from grpo_aug.step_types import Picked, SampledGroups
 
 
 def bucket_totals(sampled: SampledGroups, flat_predicted: dict[str, float] | None) -> torch.Tensor:

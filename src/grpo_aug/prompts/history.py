@@ -18,9 +18,11 @@ what an uninterrupted one does (the adaptive curriculum uses the same lag).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
 
 LAG = 2
@@ -107,6 +109,21 @@ class PromptHistory:
                 if applies <= step:
                     bucket = moved_to
         return bucket
+
+    def predicted_pass(self, prompts: Sequence[Prompt], prior: float) -> list[float]:
+        """Each prompt's predicted pass rate: its own smoothed one, else the mean over the prompts of
+        its static bucket that were rolled out, else `prior` (the per-prompt budget reads it)."""
+        seen: dict[str, list[float]] = {}
+        for prompt_id, record in self.records.items():
+            if record.attempts:
+                seen.setdefault(self.static.get(prompt_id, ""), []).append(record.smoothed_pass)
+        means = {bucket: sum(v) / len(v) for bucket, v in seen.items()}
+        rates = []
+        for p in prompts:
+            record = self.records.get(p.id)
+            rates.append(record.smoothed_pass if record is not None and record.attempts
+                         else means.get(self.static.get(p.id, p.bucket), prior))
+        return rates
 
     def observe(self, step: int, outcomes: list[Outcome]) -> dict[str, int]:
         """Apply one step's outcomes (every rank's, in rank order); returns the moves they caused."""

@@ -40,18 +40,7 @@ from grpo_aug.errors import UsageError
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.prompts.predictors import NoPredictor
 from grpo_aug.rewards import AnswerFormat, MathReward
-from grpo_aug.rollout.groups import PromptPool, SampledGroups
-
-
-class Picked(NamedTuple):
-    prompts: list[Prompt]  # to roll out
-    audited: frozenset[str]  # ids rolled out although the selector would have skipped them
-    skipped: int  # candidates skipped
-    considered: int  # candidates screened (the batch and its replacements)
-    references: dict[str, float]  # prompt id -> log p(reference solution); empty when the selector does not read it
-    # per bucket, the mean predicted flat probability of its candidates drawn (batch and spares);
-    # None: the predictor is not a calibrated probability yet (or there is none)
-    flat_predicted: dict[str, float] | None = None
+from grpo_aug.step_types import Picked, PromptPool, SampledGroups
 
 
 class Gathered(NamedTuple):

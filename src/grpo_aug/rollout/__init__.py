@@ -2,6 +2,6 @@
 engine (engines/), per-row temperature and top-p; scored, deduplicated, down-sampled, refilled;
 hints and reflection for all-wrong groups."""
 
-from grpo_aug.rollout.groups import GroupRollout, SampledGroups
+from grpo_aug.rollout.groups import GroupRollout
 
-__all__ = ["GroupRollout", "SampledGroups"]
+__all__ = ["GroupRollout"]

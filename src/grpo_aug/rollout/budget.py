@@ -9,21 +9,17 @@ almost nothing, while one added to a prompt at p = 0.1 buys a lot. Every prompt 
 `max_rows`. A step's groups then differ in size: the rollout lays them out [B, max_rows] with the
 missing rows marked absent (never scored, counted or trained on).
 
-p comes from the prompt history: the prompt's smoothed pass rate if it was rolled out before,
-else the mean over the prompts of its bucket that were (else `prior`).
+p comes from the prompt history (`PromptHistory.predicted_pass`, prompts/history.py): the prompt's
+smoothed pass rate if it was rolled out before, else the mean over the prompts of its bucket that
+were (else `prior`).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
-
-if TYPE_CHECKING:  # the prompts package imports the rollout's
-    from grpo_aug.prompts.history import PromptHistory
 
 
 def spread_probability(p: float, rows: int) -> float:
@@ -63,8 +59,9 @@ class UniformBudget:
     def check(self, group_size: int, oversample: int, min_unique: int) -> None:
         pass
 
-    def rows(self, prompts: Sequence[Prompt], history: "PromptHistory", group_size: int) -> list[int]:
-        return [group_size] * len(prompts)
+    def rows(self, pass_rates: Sequence[float], group_size: int) -> list[int]:
+        """Rows for each prompt, given each prompt's predicted pass rate."""
+        return [group_size] * len(pass_rates)
 
 
 class InformativeBudget(UniformBudget):
@@ -96,19 +93,5 @@ class InformativeBudget(UniformBudget):
             raise UsageError(f"rollout.dedup.min_unique={min_unique} exceeds rollout.budget.min_rows="
                              f"{self.min_rows}: every smallest group would be dropped")
 
-    def pass_rates(self, prompts: Sequence[Prompt], history: "PromptHistory") -> list[float]:
-        """Each prompt's predicted pass rate: its own history, else its bucket's mean, else the prior."""
-        seen: dict[str, list[float]] = {}
-        for prompt_id, record in history.records.items():
-            if record.attempts:
-                seen.setdefault(history.static.get(prompt_id, ""), []).append(record.smoothed_pass)
-        means = {bucket: sum(v) / len(v) for bucket, v in seen.items()}
-        rates = []
-        for p in prompts:
-            record = history.get(p.id)
-            rates.append(record.smoothed_pass if record is not None and record.attempts
-                         else means.get(history.static.get(p.id, p.bucket), self.prior))
-        return rates
-
-    def rows(self, prompts: Sequence[Prompt], history: "PromptHistory", group_size: int) -> list[int]:
-        return allocate(self.pass_rates(prompts, history), len(prompts) * group_size, self.min_rows, self.max_rows)
+    def rows(self, pass_rates: Sequence[float], group_size: int) -> list[int]:
+        return allocate(pass_rates, len(pass_rates) * group_size, self.min_rows, self.max_rows)

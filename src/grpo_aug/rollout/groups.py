@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
@@ -20,22 +19,21 @@ from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.bucket_shares import draw_like
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
-from grpo_aug.engines import Engine, Rollout
+from grpo_aug.engines import Engine
 from grpo_aug.engines.hf import HFEngine
+from grpo_aug.engines.rows import concat_rollouts, select_rows, spread_rows
 from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.downsample import max_variance_subset
 from grpo_aug.rollout.filter import informative_groups
-from grpo_aug.rollout.guide import ReferencePrefix
-from grpo_aug.rollout.merge import concat_rollouts, select_rows, spread_rows
+from grpo_aug.rollout.random_stream import RolloutStream
+from grpo_aug.rollout.reference_prefix import ReferencePrefix
 from grpo_aug.rollout.reflect import NoReflection, Reflection
 from grpo_aug.rollout.settings import RolloutSettings
-from grpo_aug.rollout.stream import RolloutStream
+from grpo_aug.step_types import PromptPool, SampledGroups
 from grpo_aug.tools.protocol import NoTools
-
-PromptPool = Callable[..., list[Prompt]]  # (bucket, n, step, round, used ids, purpose=...) -> prompts
 
 
 def check_tools_alone(tools: bool, reflect: bool) -> None:
@@ -47,35 +45,6 @@ def check_tools_alone(tools: bool, reflect: bool) -> None:
 def widen(t: torch.Tensor, width: int, fill) -> torch.Tensor:
     """[n, g] -> [n, width], the new columns `fill` (groups laid out wider than the largest here)."""
     return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill)
-
-
-class SampledGroups(NamedTuple):
-    prompts: list[Prompt]
-    rollout: Rollout  # [n*G] rows
-    rewards: torch.Tensor  # [n, G] total reward, overlong shaping included; 0 where unscorable
-    parts: dict[str, torch.Tensor]  # per reward function, [n, G], NaN where unscorable
-    errors: dict[str, int]  # per reward function, calls that raised (reward.on_error=skip)
-    timeouts: dict[str, int]  # per reward function, calls past reward.timeout_s
-    distinct: torch.Tensor  # [n, G]
-    scored: torch.Tensor  # [n, G] every reward function returned a number
-    valid: torch.Tensor  # [n, G] scored, passed every reward filter, not a near-copy, group kept
-    informative: torch.Tensor  # [n] groups whose counted rewards differ
-    std_gain: torch.Tensor  # [n] float64, group std kept minus that of the first G rows (0 without oversampling)
-    tokens: int  # tokens generated, rows dropped by down-sampling included
-    rounds: int = 1  # rollout rounds that made these groups (1 + refill rounds)
-    hinted: torch.Tensor | None = None  # [n, G] rows re-sampled with a hint in the question (rollout/reflect=hint),
-                                        # trained off-policy; None: off
-    reflected: torch.Tensor | None = None  # [n, G] rows re-sampled for all-wrong groups (hint or reference
-                                           # prefix); None: rollout/reflect=none
-    present: torch.Tensor | None = None  # [n, G] rows that exist: a per-prompt budget (rollout/budget)
-                                         # leaves groups short of G slots; None: every row
-    versions: torch.Tensor | None = None  # [n, G] long, the policy version (rollout steps trained) that sampled
-                                          # each row (rollout.ahead >= 1); None: the policy as it is now
-
-    @property
-    def rows_present(self) -> torch.Tensor:
-        """[n, G] bool: the rows that exist (all, unless a per-prompt budget sized the groups)."""
-        return torch.ones_like(self.valid) if self.present is None else self.present
 
 
 def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
@@ -92,9 +61,11 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         scored=torch.cat([r.scored for r in rounds]),
         valid=torch.cat([r.valid for r in rounds]),
         informative=torch.cat([r.informative for r in rounds]),
+        kept=torch.cat([r.kept for r in rounds]),
         std_gain=torch.cat([r.std_gain for r in rounds]),
         tokens=sum(r.tokens for r in rounds),
         rounds=len(rounds),
+        external=rounds[0].external,
         hinted=None if rounds[0].hinted is None else torch.cat([r.hinted for r in rounds]),
         reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
         present=None if all(r.present is None for r in rounds) else torch.cat([r.rows_present for r in rounds]),
@@ -234,8 +205,10 @@ class GroupRollout:
         # the loss and the group statistics
         valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
         reflected = reflected.view(n, G).to(device) if self.reflect.active else None  # [n, G]
+        informative = informative_groups(rewards, valid)  # [n]
         return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
-                             informative_groups(rewards, valid), std_gain, tokens,
+                             informative, informative if s.filter.zero_std else torch.ones_like(informative),
+                             std_gain, tokens, external=self.engine.external,
                              hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
                              reflected=reflected, present=present if short else None)
 
@@ -263,4 +236,5 @@ class GroupRollout:
                 continue
             rounds.append(self.sample_round(policy, extra, generator, state, uniform(extra)))
             informative += int(rounds[-1].informative.sum())
-        return merge_rounds(rounds, self.tokenizer.pad_token_id)
+        return merge_rounds(rounds, self.tokenizer.pad_token_id)._replace(
+            refill_exhausted=f.refill and informative < wanted)

@@ -24,10 +24,10 @@ import torch
 
 from grpo_aug.answers import AUTO, AnswerFormat
 from grpo_aug.data.records import Prompt
+from grpo_aug.engines.rows import replace_rows
 from grpo_aug.engines.types import Rollout, rollout_from_ids
 from grpo_aug.errors import UsageError
 from grpo_aug.mathtext import ANNOTATION
-from grpo_aug.rollout.merge import replace_rows
 
 HINTS = ("first_step", "wrong_answer")
 

@@ -9,14 +9,14 @@ A training step with k >= 1 (models/module.py, `_ahead_step`):
     2. the oldest queued rollout (requested k calls ago) is taken; rows staler than k versions
        are dropped (`drop_stale`); the feed observes it; the policy trains on it, the ratio's
        denominator being the sampler's own log-probs
-    3. the worker is drained and the new weights are pushed to the sampler (`Sampler.push`): no
+    3. the worker is drained and the new weights are pushed to the sampler (`PolicyCopy.push`): no
        rollout is ever sampled from weights that change under it
 
 So each rollout overlaps one training step, and every row is trained exactly k versions after
 the weights that sampled it. The first k calls only fill the queue (no optimizer step); the data
 module yields k more batches than the run has rollouts.
 
-The hf engine samples from a copy of the policy (`Sampler`), an external engine (a vLLM server)
+The hf engine samples from a copy of the policy (`PolicyCopy`), an external engine (a vLLM server)
 from its own weights; either way the push happens on the main thread, between steps. Callbacks,
 logging and checkpoints run only while the worker is idle.
 """
@@ -33,8 +33,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
-from grpo_aug.prompts.selection import Picked
-from grpo_aug.rollout.groups import SampledGroups
+from grpo_aug.step_types import Picked, SampledGroups
 
 
 def stale_rows(versions: torch.Tensor, current: int, bound: int) -> torch.Tensor:
@@ -44,14 +43,14 @@ def stale_rows(versions: torch.Tensor, current: int, bound: int) -> torch.Tensor
 
 def drop_stale(sampled: SampledGroups, current: int, bound: int) -> tuple[SampledGroups, int]:
     """The groups with rows staler than `bound` versions left out of the update (their rows no
-    longer valid, their groups no longer informative), and how many rows that dropped."""
+    longer valid, their groups no longer informative or kept), and how many rows that dropped."""
     stale = stale_rows(sampled.versions, current, bound) & sampled.rows_present  # [n, G]
     dropped = int(stale.sum())
     if dropped == 0:
         return sampled, 0
     valid = sampled.valid & ~stale
-    informative = sampled.informative & valid.any(dim=1)
-    return sampled._replace(valid=valid, informative=informative), dropped
+    left = valid.any(dim=1)  # [n]
+    return sampled._replace(valid=valid, informative=sampled.informative & left, kept=sampled.kept & left), dropped
 
 
 class Job(NamedTuple):
@@ -61,7 +60,7 @@ class Job(NamedTuple):
     result: Future  # -> SampledGroups
 
 
-class Sampler:
+class PolicyCopy:
     """The weights an hf-engine rollout samples from while the policy trains: a copy of the
     policy, overwritten from it (`push`) between steps. An external engine is its own sampler."""
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_aug.algo.loss import ClippedObjective
-from grpo_aug.rollout.merge import select_rows, trim
+from grpo_aug.algo.loss import LossStats, PolicyObjective
+from grpo_aug.engines.rows import select_rows, trim
+from grpo_aug.step_types import ChunkStats, PreparedStep, UpdateStats
 from grpo_aug.update.scoring import Scorer
-from grpo_aug.update.step import PreparedStep
 
 
 def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
@@ -23,10 +23,10 @@ def entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> 
     return (entropy >= threshold) & on
 
 
-def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObjective, correct: Callable,
+def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: PolicyObjective, correct: Callable,
                step: PreparedStep, rows: torch.Tensor, beta: float, aggregate: Callable, entropy: bool = False,
                top_entropy_quantile: float = 1.0, update_tokens: torch.Tensor | None = None,
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               ) -> tuple[torch.Tensor, ChunkStats]:
     """The loss of `rows` (indices into the step's rows), on them trimmed to their longest completion.
 
     correct: algo.engine_correction, for rows an external engine sampled. entropy: measure the
@@ -62,20 +62,44 @@ def chunk_loss(policy: torch.nn.Module, scorer: Scorer, objective: ClippedObject
     ref = None if step.ref_logps is None else step.ref_logps[rows, :t]  # [c, t]
     kept = None if top_entropy_quantile == 1 else entropy_mask(ent.detach(), mask, top_entropy_quantile)  # [c, t]
     share = mask.sum() / update_tokens.clamp(min=1.0) if update_tokens is not None else 1.0
-    loss, stats = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent, kept=kept,
-                            is_weight=None if correction is None else correction.weight, bonus_share=share)
-    stats["tokens"] = mask.sum()
+    loss, measured = objective(logps, ref, old, step.advantages[rows], mask, beta, aggregate, entropy=ent,
+                               kept=kept, is_weight=None if correction is None else correction.weight,
+                               bonus_share=share)
+    stats = ChunkStats(measured, tokens=mask.sum())
     if kept is not None:
-        stats["entropy_kept"] = kept.sum() / mask.sum().clamp(min=1)
+        stats = stats._replace(entropy_kept=kept.sum() / mask.sum().clamp(min=1))
     if correction is not None:
         on, n = mask > 0, mask.sum().clamp(min=1)
-        stats["is_ratio_mean"] = (correction.ratio * mask).sum() / n
-        stats["is_ratio_max"] = correction.ratio[on].max() if on.any() else torch.zeros((), device=mask.device)
-        stats["is_masked_frac"] = correction.masked.sum() / n
+        stats = stats._replace(
+            is_ratio_mean=(correction.ratio * mask).sum() / n,
+            is_ratio_max=correction.ratio[on].max() if on.any() else torch.zeros((), device=mask.device),
+            is_masked_frac=correction.masked.sum() / n)
     if ent is not None:
-        stats["entropy"] = (ent.detach() * mask).sum() / mask.sum().clamp(min=1)
+        stats = stats._replace(entropy=(ent.detach() * mask).sum() / mask.sum().clamp(min=1))
     if entropy and part.sample_logprobs is not None:  # the rollout's first update: the sampling policy itself
         gap = (logps.detach() - part.sample_logprobs[:, :t]).abs()  # [c, t]
-        stats["logprob_gap"] = (gap * mask).sum() / mask.sum().clamp(min=1)
+        stats = stats._replace(logprob_gap=(gap * mask).sum() / mask.sum().clamp(min=1))
     return loss, stats
+
+
+MAXIMA = frozenset({"kl_max", "ratio_max", "is_ratio_max"})
+
+
+def update_stats(loss: torch.Tensor, nonfinite: torch.Tensor, skipped: torch.Tensor, chunks: list[ChunkStats],
+                 device) -> UpdateStats:
+    """An update's statistics from its chunks': means weighted by the loss tokens of the chunks that
+    measured the statistic, maxima for the *_max ones, 0 where no chunk measured it."""
+    def merged(name: str) -> torch.Tensor:
+        measured = [(getattr(c.loss, name) if name in LossStats._fields else getattr(c, name), c.tokens)
+                    for c in chunks]
+        measured = [(value, tokens) for value, tokens in measured if value is not None]
+        if not measured:
+            return torch.zeros((), device=device)
+        values = torch.stack([value for value, _ in measured])
+        if name in MAXIMA:
+            return values.max()
+        tokens = torch.stack([tokens for _, tokens in measured]).float()
+        return (values * tokens).sum() / tokens.sum().clamp(min=1)
+
+    return UpdateStats(loss, nonfinite, skipped, **{name: merged(name) for name in UpdateStats._fields[3:]})
 

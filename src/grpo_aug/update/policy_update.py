@@ -18,19 +18,17 @@ import torch
 
 from grpo_aug.algo import group_advantages
 from grpo_aug.algo.advantages import batch_reward_std
-from grpo_aug.algo.loss import merge_stats
 from grpo_aug.algo.masks import TokenText
 from grpo_aug.algo.optim import clip_gradients_, gradient_norm
 from grpo_aug.algo.settings import AlgoSettings
+from grpo_aug.engines.rows import select_rows
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.rewards.winsorize import NoWinsorize
-from grpo_aug.rollout.groups import SampledGroups
-from grpo_aug.rollout.merge import select_rows
+from grpo_aug.step_types import PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update import chunk_loss as chunk_loss_lib
 from grpo_aug.update.lockstep import lockstep, stand_in
 from grpo_aug.update.scoring import Scorer
-from grpo_aug.update.step import PreparedStep
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +72,17 @@ class PolicyUpdate:
     def load_state_dict(self, state: dict) -> None:
         self.algo.beta.load_state_dict(state.get("beta", {}))
 
-    def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference, zero_std: bool,
-                refill_wanted: int | None, external_engine: bool, off_policy: bool = False) -> PreparedStep:
+    def prepare(self, policy: torch.nn.Module, sampled: SampledGroups, reference) -> PreparedStep:
         """Everything the updates need, computed once per rollout; no optimizer involved.
-        reference: a context giving the reference model (models.policy.PolicyModels.reference);
-        zero_std: flat groups leave the update; refill_wanted: the informative groups the refill
-        aimed for (None: no refill); off_policy: the rows were sampled from older weights
-        (rollout.ahead >= 1): the ratio's denominator is their sampler's log-probs, which also
-        hold an external engine's kernel mismatch, so no separate engine correction."""
+        reference: a context giving the reference model (models.policy.PolicyModels.reference).
+        The groups that enter are those the rollout kept (`sampled.kept`). Rows sampled from older
+        weights (`sampled.versions`, rollout.ahead >= 1) take their sampler's log-probs as the
+        ratio's denominator, which also hold an external engine's kernel mismatch, so they get no
+        separate engine correction."""
         a = self.algo
-        keep = sampled.informative if zero_std else torch.ones_like(sampled.informative)  # [N]
-        valid = sampled.valid & keep[:, None]  # [N, G]
-        groups = keep.nonzero().squeeze(1)  # [B] the groups that enter the update
+        off_policy = sampled.versions is not None
+        valid = sampled.valid & sampled.kept[:, None]  # [N, G]
+        groups = sampled.kept.nonzero().squeeze(1)  # [B] the groups that enter the update
         present = sampled.rows_present[groups]  # [B, G] a per-prompt budget leaves groups short of G rows
         rows = group_rows(groups, sampled.rows_present)  # [B*G] (fewer under a budget)
         counted = valid[groups][present]  # [B*G]
@@ -122,15 +119,14 @@ class PolicyUpdate:
                 old_logps = ro.sample_logprobs.to(ro.input_ids.device)  # [B*G, T]
             elif a.updates_per_rollout > 1:
                 old_logps = self.scorer.logprobs(policy, ro, chunks)  # [B*G, T]
-        exhausted = refill_wanted is not None and int(sampled.informative.sum()) < refill_wanted
         hinted = None if sampled.hinted is None else sampled.hinted[groups][present]  # [B*G]
-        engine_sampled = (external_engine and not off_policy and a.engine_correction.active
+        engine_sampled = (sampled.external and not off_policy and a.engine_correction.active
                           and ro.sample_logprobs is not None)
-        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps, exhausted, hinted,
-                            engine_sampled, stand_in=empty)
+        return PreparedStep(sampled, groups, valid, ro, mask, advantages, ref_logps, old_logps,
+                            sampled.refill_exhausted, hinted, engine_sampled, stand_in=empty)
 
     def train(self, policy: torch.nn.Module, step: PreparedStep, opt: OptimizerHandle
-              ) -> tuple[dict[str, torch.Tensor], torch.Tensor, float]:
+              ) -> tuple[UpdateStats, torch.Tensor, float]:
         """The clipped-loss updates over minibatches of whole groups. Returns the per-update stats
         ([U] each), the rank-mean KL of the first pass (what the beta schedule observes) and beta."""
         a = self.algo
@@ -138,13 +134,13 @@ class PolicyUpdate:
         parts = torch.tensor_split(torch.arange(len(step.groups)), a.minibatches)
         stats = [self.update(policy, step, beta, part, opt, entropy=(i == 0 and j == 0))
                  for i in range(a.num_iterations) for j, part in enumerate(parts)]
-        updates = {k: torch.stack([st[k] for st in stats]) for k in stats[0]}  # [U] each
-        kl_mean = self.ranks.reduce(updates["kl_mean"][: a.minibatches].mean(), "mean")
+        updates = UpdateStats.stack(stats)  # [U] each
+        kl_mean = self.ranks.reduce(updates.kl_mean[: a.minibatches].mean(), "mean")
         a.beta.observe(opt.global_step, kl_mean.item())
         return updates, kl_mean, beta
 
     def update(self, policy: torch.nn.Module, step: PreparedStep, beta: float, groups: torch.Tensor,
-               opt: OptimizerHandle, entropy: bool) -> dict[str, torch.Tensor]:
+               opt: OptimizerHandle, entropy: bool) -> UpdateStats:
         """One optimizer step on `groups` (indices into the step's groups); returns detached stats.
 
         The loss is the global batch's, whatever the split over ranks: its normalisers (rows,
@@ -197,7 +193,7 @@ class PolicyUpdate:
                 clip_gradients_(policy, a.max_grad_norm, norm_sq ** 0.5 if sharded(policy) else None)
             opt.optimizer.step()
             opt.schedule.step()
-        return {"loss": torch.tensor(loss_sum, device=device),  # the global batch's
-                "nonfinite": torch.tensor(float(nonfinite), device=device),
-                "skipped": torch.tensor(float(skip), device=device),
-                **merge_stats([st for _, st in parts if st is not None], device)}
+        return chunk_loss_lib.update_stats(
+            torch.tensor(loss_sum, device=device),  # the global batch's
+            torch.tensor(float(nonfinite), device=device), torch.tensor(float(skip), device=device),
+            [st for _, st in parts if st is not None], device)

@@ -3,53 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import torch
 
 from grpo_aug.algo.group_stats import counted_mean
 from grpo_aug.algo.masks import loops
-from grpo_aug.engines.types import Rollout
+from grpo_aug.junk_chars import junk_count
 from grpo_aug.report import StepReport, text_samples
-from grpo_aug.rollout.groups import SampledGroups
-from grpo_aug.rollout.junk import junk_count
+from grpo_aug.step_types import PreparedStep, UpdateStats
 
 
-class PreparedStep(NamedTuple):
-    sampled: SampledGroups  # [N] groups: everything that was rolled out this step, refills included
-    groups: torch.Tensor  # [B] the groups that enter the update (all N unless the zero-std filter is on)
-    valid: torch.Tensor  # [N, G] counted rows of the groups in the update
-    rollout: Rollout  # [B*G] rows of the groups in the update
-    mask: torch.Tensor  # [B*G, T] tokens that carry loss
-    advantages: torch.Tensor  # [B*G]
-    ref_logps: torch.Tensor | None  # [B*G, T]; None when no group entered the update
-    old_logps: torch.Tensor | None  # [B*G, T] rollout policy; None when it is the policy itself (mu = 1)
-    refill_exhausted: bool  # the refill ended short of data.batch_size informative groups
-    hinted: torch.Tensor | None = None  # [B*G] rows sampled under a hinted prompt (rollout/reflect); None: off
-    engine_sampled: bool = False  # an external engine (vLLM) sampled the rows: its log-probs get corrected
-    stand_in: bool = False  # no group entered: `rollout` is one stand-in row without loss (update/lockstep.py)
-
-    @property
-    def generated_tokens(self) -> torch.Tensor:
-        """[] tokens the policy generated in the rows that entered the update (none for a stand-in;
-        a tool's output or a reference prefix is not generated)."""
-        return self.rollout.written.sum() * (not self.stand_in)
-
-    @property
-    def update_advantages(self) -> torch.Tensor:
-        """[B*G] the advantages of the rows that entered the update (none for a stand-in)."""
-        return self.advantages[: 0 if self.stand_in else len(self.advantages)]
-
-    def rows_of(self, groups: torch.Tensor) -> torch.Tensor:
-        """Row indices into `rollout` of the update's groups `groups` ([b] positions in `groups`):
-        its rows are the groups' existing rows, group after group (G each without a budget)."""
-        sizes = self.sampled.rows_present[self.groups].sum(dim=1).cpu()  # [B]
-        ends = sizes.cumsum(0)  # [B]
-        return torch.cat([torch.arange(int(ends[i] - sizes[i]), int(ends[i])) for i in groups.tolist()] or
-                         [torch.zeros(0, dtype=torch.long)])
-
-
-def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: torch.Tensor,
+def step_report(step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor,
                 ladder: tuple[float, ...]) -> StepReport:
     """What the callbacks get from one step (updates: per-update stats, [U] each)."""
     sampled = step.sampled
@@ -78,39 +42,43 @@ def step_report(step: PreparedStep, updates: dict[str, torch.Tensor], kl_mean: t
         generated_tokens=step.generated_tokens,
         refill_rounds=torch.tensor(float(sampled.rounds - 1), device=device),
         refill_exhausted=torch.tensor(float(step.refill_exhausted), device=device),
-        kl_mean=kl_mean, kl_max=updates["kl_max"].max(), entropy_mean=updates["entropy"][0],
-        clip_frac=updates["clip_frac"].mean(), clip_frac_low=updates["clip_frac_low"].mean(),
-        clip_frac_high=updates["clip_frac_high"].mean(), nonfinite=updates["skipped"].sum(),
+        kl_mean=kl_mean, kl_max=updates.kl_max.max(), entropy_mean=updates.entropy[0],
+        clip_frac=updates.clip_frac.mean(), clip_frac_low=updates.clip_frac_low.mean(),
+        clip_frac_high=updates.clip_frac_high.mean(), nonfinite=updates.skipped.sum(),
         junk_chars=torch.tensor(float(junk), device=device),
         completion_chars=torch.tensor(float(chars), device=device), ladder=tuple(ladder),
         samples=text_samples(sampled, step.groups, laid_out.reshape(-1), G), looping=looping, **(tools or {}))
 
 
-def train_scalars(step: PreparedStep, summary: dict[str, torch.Tensor], beta: float, skipped_total: int,
+def train_scalars(step: PreparedStep, summary: UpdateStats, beta: float, skipped_total: int,
                   reward_errors: Mapping[str, int], reward_timeouts: Mapping[str, int] | None,
                   oversampled: bool = False, dual_clip: bool = False, entropy_masked: bool = False) -> dict:
     """train/* and reward/* for one step; running counts are this run's so far."""
     sampled = step.sampled
     values = {
-        "train/loss": summary["loss"].mean(),
+        "train/loss": summary.loss.mean(),
         "train/reward": counted_mean(sampled.rewards, sampled.scored),
         "train/beta": torch.tensor(float(beta)),
         "train/effective_token_ratio": step.mask.sum() / step.generated_tokens.clamp(min=1),
         "train/skipped_nonfinite": torch.tensor(float(skipped_total)),
     }
     if step.mask.sum() > 0:  # token statistics of an update without tokens are 0 / 0
-        values["train/ratio_max"] = summary["ratio_max"].max()
-        values["train/kl_max"] = summary["kl_max"].max()
-        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean") + ("clip_frac_dual",) * dual_clip:
-            values[f"train/{name}"] = summary[name].mean()
+        values["train/ratio_max"] = summary.ratio_max.max()
+        values["train/kl_max"] = summary.kl_max.max()
+        values["train/clip_frac"] = summary.clip_frac.mean()
+        values["train/clip_frac_low"] = summary.clip_frac_low.mean()
+        values["train/clip_frac_high"] = summary.clip_frac_high.mean()
+        values["train/ratio_mean"] = summary.ratio_mean.mean()
+        if dual_clip:
+            values["train/clip_frac_dual"] = summary.clip_frac_dual.mean()
         if entropy_masked:  # algo.top_entropy_quantile < 1: loss tokens the policy gradient acted on
-            values["train/entropy_kept_frac"] = summary["entropy_kept"].mean()
+            values["train/entropy_kept_frac"] = summary.entropy_kept.mean()
         if step.rollout.sample_logprobs is not None:  # mean |sampler - trainer| log-prob per loss token
-            values["rollout/logprob_gap"] = summary["logprob_gap"][0]
+            values["rollout/logprob_gap"] = summary.logprob_gap[0]
         if step.engine_sampled:  # the mismatch correction's ratio pi_trainer / pi_engine, before its cap
-            values["rollout/is_ratio_mean"] = summary["is_ratio_mean"].mean()
-            values["rollout/is_ratio_max"] = summary["is_ratio_max"].max()
-            values["rollout/is_masked_frac"] = summary["is_masked_frac"].mean()
+            values["rollout/is_ratio_mean"] = summary.is_ratio_mean.mean()
+            values["rollout/is_ratio_max"] = summary.is_ratio_max.max()
+            values["rollout/is_masked_frac"] = summary.is_masked_frac.mean()
     for name, scores in sampled.parts.items():
         scored = ~scores.isnan()
         if scored.any():

@@ -14,7 +14,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.rollout.filter import GroupFilter
-from grpo_aug.rollout.guide import ReferencePrefix, prefix_text, reference_steps, spelled_out
+from grpo_aug.rollout.reference_prefix import ReferencePrefix, prefix_text, reference_steps, spelled_out
 from grpo_aug.rollout.settings import RolloutSettings
 from helpers import make_module, prepared
 
@@ -154,14 +154,15 @@ def test_guided_tokens_are_scored_after_the_prefix_with_ratio_one(tiny_model_dir
 
 
 def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
-    from grpo_aug.prompts.selection import Picked, PromptSelection
-    from grpo_aug.rollout.groups import SampledGroups
+    from grpo_aug.prompts.selection import PromptSelection
+    from grpo_aug.step_types import Picked, SampledGroups
 
     ro = rollout_from_ids([[1]] * 4, [[2]] * 4, None, torch.ones(4), ["#### 3", "#### 4", "#### 12", "#### 12"],
                           [True] * 4, 0)
     z = torch.zeros(1, 4)
     sampled = SampledGroups([HARD], ro, z, {}, {}, {}, z.bool(), z.bool(), z.bool(), torch.tensor([True]),
-                            torch.zeros(1), 4, reflected=torch.tensor([[False, False, True, True]]))
+                            torch.tensor([True]), torch.zeros(1), 4,
+                            reflected=torch.tensor([[False, False, True, True]]))
     out = PromptSelection().outcomes(Picked([HARD], frozenset(), 0, 1, {}), sampled, 4)
     assert out[0].pass_rate == 0.0  # both right rows were guided
     sampled = sampled._replace(reflected=torch.tensor([[False, False, False, True]]))

@@ -4,7 +4,7 @@ every machine.
 A supervised warm-up of 1,000 Adam steps amplifies the last bits in which CPU kernels and thread
 counts differ: the same config built another start on another machine (held-out easy 0.340 where
 this one builds 0.155-0.210), and from it the default run learned something else. The start of the
-default job is therefore built once, shipped under `models/starts/<name>/` with the SHA-256 of its
+default job is therefore built once, shipped under `warmup/starts/<name>/` with the SHA-256 of its
 weights, and loaded wherever a warm-up's recipe is the shipped one. The recipe names the base
 model by its build settings (the tiny model's), not by the bytes of its files, which differ with
 the transformers version that wrote them. Any other seed, model or setting builds its own warm-up.
@@ -23,7 +23,7 @@ from grpo_aug.errors import UsageError
 STARTS = Path(__file__).resolve().parent / "starts"
 MANIFEST = STARTS / "manifest.json"
 WEIGHTS = "model.safetensors"
-RECIPE = "warmup_recipe.json"  # written beside every warm-up of a tiny model (models/warmup.py)
+RECIPE = "warmup_recipe.json"  # written beside every warm-up of a tiny model (warmup/supervised.py)
 
 
 def recipe_key(recipe: dict) -> str:

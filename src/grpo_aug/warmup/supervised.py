@@ -31,8 +31,8 @@ from grpo_aug.distributed import first_process
 from grpo_aug.errors import UsageError
 from grpo_aug.models.loading import load_policy, load_tokenizer, save_pretrained_dir
 from grpo_aug.models.settings import WarmupSettings
-from grpo_aug.models.shipped import RECIPE, recipe_key, shipped_start
 from grpo_aug.progress import Progress
+from grpo_aug.warmup.shipped import RECIPE, recipe_key, shipped_start
 
 log = logging.getLogger(__name__)
 
@@ -129,23 +129,13 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
     planted slip has no place in it), so that RL has a rare behaviour to reinforce.
     base_id: the base model's name independent of the machine that wrote its files (the tiny
     model's build settings): with it, a shipped start of the same recipe is loaded, not built
-    (models/shipped.py; settings.shipped=false builds it anyway)."""
+    (warmup/shipped.py; settings.shipped=false builds it anyway)."""
     steps, lr, batch_size = settings.steps, settings.lr, settings.batch_size
     seed = seed if settings.seed is None else settings.seed
     pool = [r for r in records if r.bucket in settings.buckets]
     if not pool:
         raise UsageError(f"model.warmup.buckets={list(settings.buckets)} selects no training prompts")
-    noise = random.Random(f"{seed}-off-by-one")
-    share = getattr(tools, "warmup_share", 0.0) if tools is not None and tools.active else 0.0
-    with_tool = random.Random(f"{seed}-tool-demonstrations")
-    demos = []
-    for r in pool:
-        slipped = off_by_one(r) if r.answer.isdigit() and noise.random() < settings.off_by_one else r
-        if share > 0 and with_tool.random() < share:
-            demos.append(tool_demonstration(r, tools.call, tools.end, tools.result))
-        else:
-            demos.append(Demonstration.of(slipped))
-    pool = demos
+    pool = demonstrations(pool, settings.off_by_one, seed, tools)
     data_key = hashlib.sha1("".join(d.key() for d in pool).encode()).hexdigest()
     spec = dict(base=model_key(name_or_path), steps=steps, lr=lr, batch_size=batch_size, seed=seed, data=data_key,
                 schedule="cosine")
@@ -162,7 +152,30 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         return write_recipe(out, recipe)
 
     tokenizer = load_tokenizer(str(name_or_path))
-    model = load_policy(str(name_or_path))
+    log.info("supervised warm-up: %d steps on %d demonstrations (cached afterwards in %s)", steps, len(pool), out)
+    model = _train(load_policy(str(name_or_path)), tokenizer, pool, steps, lr, batch_size, seed)
+    return write_recipe(save_pretrained_dir(model, tokenizer, out), recipe)
+
+
+def demonstrations(records: Sequence[Prompt], off_by_one_share: float, seed: int, tools=None) -> list[Demonstration]:
+    """One demonstration per record: its reference solution, a share of them with a planted
+    off-by-one slip (seeded), or (tools) a share written with tool calls from the clean record."""
+    noise = random.Random(f"{seed}-off-by-one")
+    share = getattr(tools, "warmup_share", 0.0) if tools is not None and tools.active else 0.0
+    with_tool = random.Random(f"{seed}-tool-demonstrations")
+    demos = []
+    for r in records:
+        slipped = off_by_one(r) if r.answer.isdigit() and noise.random() < off_by_one_share else r
+        if share > 0 and with_tool.random() < share:
+            demos.append(tool_demonstration(r, tools.call, tools.end, tools.result))
+        else:
+            demos.append(Demonstration.of(slipped))
+    return demos
+
+
+def _train(model: torch.nn.Module, tokenizer, pool: list[Demonstration], steps: int, lr: float, batch_size: int,
+           seed: int) -> torch.nn.Module:
+    """`steps` AdamW steps on batches drawn from `pool` (seeded), the lr ramped then cosine-decayed."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     # linear ramp then cosine decay: ending at a small lr leaves a settled model, not one mid-jump
@@ -172,7 +185,6 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         lambda s: (s + 1) / ramp if s < ramp else 0.5 * (1 + math.cos(math.pi * (s - ramp) / max(steps - ramp, 1))),
     )
     rng = random.Random(seed)
-    log.info("supervised warm-up: %d steps on %d demonstrations (cached afterwards in %s)", steps, len(pool), out)
     progress = Progress("warm-up", steps, enabled=first_process())
     for step in range(steps):
         ids, attn, labels = sft_batch(tokenizer, rng.sample(pool, min(batch_size, len(pool))))
@@ -184,7 +196,7 @@ def supervised_warmup(name_or_path: str | Path, records: Sequence[Prompt], cache
         schedule.step()
         progress.update(step + 1, loss=f"{loss.item():.4f}")
     progress.close()
-    return write_recipe(save_pretrained_dir(model, tokenizer, out), recipe)
+    return model
 
 
 def write_recipe(out: Path, recipe: dict | None) -> Path:
