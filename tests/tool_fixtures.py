@@ -50,9 +50,9 @@ class ForcedFirstCall(HFEngine):
         self.first, self.ranks = first, ranks
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
-                 all_done=None, knobs=None, limits=None, records=None):
+                 all_done=None, options=None, limits=None, records=None):
         ro = super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator, all_done,
-                              knobs, limits)
+                              options, limits)
         contexts = [tokenizer.decode(t) if not isinstance(t, str) else t for t in texts]
         rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
         if not all(c.endswith("A: ") for c in contexts) or (self.ranks is not None and rank not in self.ranks):
@@ -75,7 +75,7 @@ class Scripted:
         self.calls: list[tuple[list[str], list[int]]] = []  # (contexts, limits) per round
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
-                 all_done=None, knobs=None, limits=None, records=None):
+                 all_done=None, options=None, limits=None, records=None):
         ids = [tokenizer(t, add_special_tokens=False).input_ids if isinstance(t, str) else list(t) for t in texts]
         contexts = [tokenizer.decode(i) for i in ids]
         budgets = [max_new_tokens] * len(ids) if limits is None else limits.tolist()
@@ -147,11 +147,11 @@ class RaisesMidGeneration(HFEngine):
         self.synced = step
 
     def generate(self, policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator=None,
-                 all_done=None, knobs=None, limits=None, records=None):
+                 all_done=None, options=None, limits=None, records=None):
         rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
         if self.synced != self.step or rank != self.rank or generator is None:  # greedy evaluation: no generator
             return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
-                                    all_done, knobs, limits)
+                                    all_done, options, limits)
         forwards = [0]
 
         def count(module, args, kwargs):
@@ -163,6 +163,6 @@ class RaisesMidGeneration(HFEngine):
         handle = policy.get_input_embeddings().register_forward_pre_hook(count, with_kwargs=True)
         try:
             return super().generate(policy, tokenizer, texts, temperatures, top_p, max_new_tokens, generator,
-                                    all_done, knobs, limits)
+                                    all_done, options, limits)
         finally:
             handle.remove()

@@ -8,8 +8,8 @@ import torch
 from test_lean_decode import PROMPTS
 from test_lean_decode import _model as _cpu_model
 
-from grpo_aug.engines.knobs import Knobs
 from grpo_aug.engines.sampling import generate
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.lean.compat import cache_kwargs
 from grpo_aug.lean.decode import LeanDecoder
 from grpo_aug.lean.static_decode import StaticDecoder
@@ -25,9 +25,9 @@ def _model(kind, tok):
     return _cpu_model(kind, tok).to(DEVICE)
 
 
-def _pair(model, tok, temps, top_p, n, knobs=None, limits=None, seed=5):
+def _pair(model, tok, temps, top_p, n, options=None, limits=None, seed=5):
     return [generate(model, tok, ROWS, temps, top_p, n, generator=torch.Generator(DEVICE).manual_seed(seed),
-                     knobs=knobs, limits=limits, static=static) for static in (False, True)]
+                     options=options, limits=limits, static=static) for static in (False, True)]
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama_gqa", "qwen2"])
@@ -42,13 +42,13 @@ def test_static_decode_draws_the_tokens_the_eager_loop_draws(kind):
     assert eager.completion_mask.sum(1).unique().numel() > 1  # rows ended at different steps
 
 
-def test_static_decode_with_knobs_and_limits():
+def test_static_decode_with_sampling_options_and_limits():
     tok = build_char_tokenizer()
     model = _model("llama_gqa", tok)
     temps = torch.tensor([1.2] * 12)
     limits = torch.tensor([3, 20, 7, 20] * 3)
-    knobs = Knobs(top_k=20, min_p=0.05, repetition_penalty=1.3, stop=("7",))
-    eager, static = _pair(model, tok, temps, 0.95, 20, knobs=knobs, limits=limits, seed=11)
+    options = SamplingOptions(top_k=20, min_p=0.05, repetition_penalty=1.3, stop=("7",))
+    eager, static = _pair(model, tok, temps, 0.95, 20, options=options, limits=limits, seed=11)
     assert torch.equal(eager.input_ids, static.input_ids) and eager.texts == static.texts
     assert torch.equal(eager.truncated, static.truncated)
     assert eager.completion_mask.sum(1).max() > 3  # not every row stopped at once

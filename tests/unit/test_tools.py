@@ -8,7 +8,7 @@ from tool_fixtures import Scripted, huge, raising, sleeping
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.engines.hf import HFEngine
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.turns import MultiTurnEngine
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.tools.calculator import calculator
@@ -25,11 +25,11 @@ def tok(tiny_model_dir):
     return load_tokenizer(str(tiny_model_dir))
 
 
-def _run(tok, script, texts, max_new_tokens=40, cap=64, knobs=None, calls=4):
+def _run(tok, script, texts, max_new_tokens=40, cap=64, options=None, calls=4):
     tools = TextTools(max_transcript_tokens=cap, limits=ToolLimits(max_calls_per_row=calls))
     engine = Scripted(script)
     ro = MultiTurnEngine(engine, tools).generate(torch.nn.Linear(1, 1), tok, texts, torch.ones(len(texts)), 1.0,
-                                                 max_new_tokens, knobs=knobs)
+                                                 max_new_tokens, options=options)
     return ro, engine
 
 
@@ -78,7 +78,7 @@ def test_one_call_more_than_the_cap_ends_the_row_truncated(tok):
 
 def test_a_stop_string_of_rollout_stop_ends_the_row_as_without_tools(tok):
     script = {PROMPT: ("[2+3]", False), PROMPT + "[2+3]=5": (" done\nQ: next", False)}
-    ro, _ = _run(tok, script, [PROMPT], knobs=Knobs(stop=("\nQ:",)))
+    ro, _ = _run(tok, script, [PROMPT], options=SamplingOptions(stop=("\nQ:",)))
     assert ro.texts == ["[2+3]=5 done"] and not ro.truncated[0] and ro.tool_calls.tolist() == [1]
 
 

@@ -193,17 +193,17 @@ def test_a_rollout_of_more_prompt_tokens_than_one_engine_step_holds(model_dir, e
     assert ro.completion_mask.sum() >= len(texts) and max_gap(policy, ro) < TOL
 
 
-def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
+def test_sampling_options_match_the_hf_engine(model_dir, engine):
     """top_k=1 is greedy; min-p draws only tokens the trainer's logits keep; the repetition penalty
     and a stop string give vLLM's greedy rows the hf engine's tokens, text and mask."""
-    from grpo_aug.engines.knobs import Knobs
+    from grpo_aug.engines.sampling_options import SamplingOptions
 
     tokenizer, policy = load_tokenizer(str(model_dir)), load_policy(str(model_dir)).to(DEVICE).eval()
     push(engine, policy)
     greedy = torch.zeros(len(PROMPTS))
     plain = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12)
     top1 = engine.generate(policy, tokenizer, PROMPTS, torch.full((len(PROMPTS),), 1.5), 1.0, 12,
-                           generator=torch.Generator(DEVICE).manual_seed(0), knobs=Knobs(top_k=1))
+                           generator=torch.Generator(DEVICE).manual_seed(0), options=SamplingOptions(top_k=1))
     assert top1.texts == plain.texts
 
     prompt, n = PROMPTS[0], 2000
@@ -215,18 +215,18 @@ def test_sampling_knobs_match_the_hf_engine(model_dir, engine):
     kept = set((probs >= min_p * probs.max()).nonzero().flatten().tolist())
     assert len(kept) == 5
     ro = engine.generate(policy, tokenizer, [prompt] * n, torch.ones(n), 1.0, 1,
-                         generator=torch.Generator(DEVICE).manual_seed(3), knobs=Knobs(min_p=min_p))
+                         generator=torch.Generator(DEVICE).manual_seed(3), options=SamplingOptions(min_p=min_p))
     assert set(ro.input_ids[:, ro.prompt_len].tolist()) == kept
 
-    varied = Knobs(repetition_penalty=5.0)
-    mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=varied)
-    theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=varied)
+    varied = SamplingOptions(repetition_penalty=5.0)
+    mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, options=varied)
+    theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, options=varied)
     assert theirs.texts == mine.texts and theirs.texts != plain.texts
     stop = mine.texts[0][3:5]
     for include in (False, True):
-        knobs = Knobs(repetition_penalty=5.0, stop=(stop,), include_stop=include)
-        mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=knobs)
-        theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, knobs=knobs)
+        options = SamplingOptions(repetition_penalty=5.0, stop=(stop,), include_stop=include)
+        mine = HFEngine().generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, options=options)
+        theirs = engine.generate(policy, tokenizer, PROMPTS, greedy, 1.0, 12, options=options)
         assert theirs.texts == mine.texts and stop not in mine.texts[0][: -len(stop) if include else None]
         assert torch.equal(theirs.completion_mask.sum(1), mine.completion_mask.sum(1))
         assert torch.equal(theirs.truncated, mine.truncated)

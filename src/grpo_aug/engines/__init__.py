@@ -1,7 +1,7 @@
 """Rollout engines (`rollout/engine=...`): what samples the completions, behind one interface.
 
 An engine takes the rows' prompts with per-row sampling settings (temperature, top-p, token
-budget, the knobs of engines/knobs.py and a random stream for the batch) and returns a Rollout
+budget, the options of engines/sampling_options.py and a random stream for the batch) and returns a Rollout
 (engines/types.py): token ids, masks, texts and, when it has them, its log-prob of each sampled
 token (`rollout/logprob_gap` compares them with the trainer's). The group stage (rollout/)
 uses engines only through `Engine`; nothing here imports it.
@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.types import Rollout
 
 
@@ -39,10 +39,10 @@ class Engine(Protocol):
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
+                 options: SamplingOptions | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
         """Rows from prompt texts (or token ids: a multi-turn transcript so far), one temperature
         [N] and one token limit [N] (None: max_new_tokens) per row; all_done is the cross-rank
         vote of a sharded decode; records are the rows' data records (multi-turn only)."""
 
 
-__all__ = ["Engine", "Knobs", "Rollout"]
+__all__ = ["Engine", "SamplingOptions", "Rollout"]

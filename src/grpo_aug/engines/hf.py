@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from grpo_aug.dtypes import DTYPES
-from grpo_aug.engines.knobs import Knobs
 from grpo_aug.engines.sampling import generate
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.types import Rollout
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import LEAN_FLAG, sharded
@@ -62,7 +62,7 @@ class HFEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
+                 options: SamplingOptions | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
         static = self.captured_decode and next(policy.parameters()).is_cuda
         return generate(self.sampler(policy), tokenizer, texts, temperatures, top_p, max_new_tokens,
-                        generator=generator, all_done=all_done, knobs=knobs, limits=limits, static=static)
+                        generator=generator, all_done=all_done, options=options, limits=limits, static=static)

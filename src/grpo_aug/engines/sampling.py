@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 
-from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.engines.nucleus import sample_nucleus
+from grpo_aug.engines.sampling_options import SamplingOptions, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.engines.types import Rollout
 from grpo_aug.lean.compat import cache_kwargs, keep_last
 from grpo_aug.lean.decode import LeanDecoder, sharded, supports
@@ -28,7 +28,7 @@ def sample_next_token(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V], temperatures [N] (0 = greedy) -> token ids [N] and their log-probs [N].
 
-    After the temperature, min-p and top-k drop tokens (engines/knobs.py); then nucleus sampling
+    After the temperature, min-p and top-k drop tokens (engines/sampling_options.py); then nucleus sampling
     per row keeps the smallest prefix of the sorted distribution whose mass reaches top_p (the
     most likely token always survives), found without a full sort (engines/nucleus.py).
     A token's log-prob is where the trainer scores it: under softmax(logits / T) before any
@@ -79,14 +79,14 @@ def generate(
     generator: torch.Generator | None = None,
     lean: bool = True,
     all_done: Callable[[bool], bool] | None = None,
-    knobs: Knobs | None = None,
+    options: SamplingOptions | None = None,
     limits: torch.Tensor | None = None,
     static: bool = False,
 ) -> Rollout:
     """Sample one completion per prompt (a string, or token ids: a multi-turn transcript so far);
     rows may repeat a prompt (that is a group).
 
-    knobs: top-k, min-p, repetition penalty and stop strings (engines/knobs.py); None: none.
+    options: top-k, min-p, repetition penalty and stop strings (engines/sampling_options.py); None: none.
     lean=False forces the HF forward for every token (the reference path the tests compare to).
     all_done: under sharded weights every forward is a collective, so every rank must run the same
     number of decode steps: given this rank's all-finished flag it returns whether every rank's rows
@@ -98,7 +98,7 @@ def generate(
     (other models, sharded weights) the HF forward runs as without.
     """
     device = next(model.parameters()).device
-    k = knobs or Knobs()
+    k = options or SamplingOptions()
     was_training = model.training
     model.eval()  # dropout off while sampling
     prompt_ids, prompt_mask, logits, cache, position = prefill(model, tokenizer, prompts, device)
@@ -178,17 +178,17 @@ class DecodeRows:
     tokens, their log-probs, which rows ended (EOS, a stop string, their own limit)."""
 
     def __init__(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, temperatures: torch.Tensor,
-                 max_new_tokens: int, tokenizer: PreTrainedTokenizerBase, knobs: Knobs,
+                 max_new_tokens: int, tokenizer: PreTrainedTokenizerBase, options: SamplingOptions,
                  limits: torch.Tensor | None, vocab: int) -> None:
         n, device = prompt_ids.shape[0], prompt_ids.device
         self.prompt_ids, self.prompt_mask, self.temperatures = prompt_ids, prompt_mask, temperatures  # [N, P] [N]
-        self.tokenizer, self.knobs, self.limits = tokenizer, knobs, limits
+        self.tokenizer, self.options, self.limits = tokenizer, options, limits
         self.eos, self.pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         self.finished = torch.zeros(n, dtype=torch.bool, device=device)  # EOS or a stop string
         self.halted = torch.zeros(n, dtype=torch.bool, device=device)  # finished, or at its own limit
         self.stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
         self.seen = None
-        if knobs.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
+        if options.repetition_penalty != 1.0:  # [N, V] the tokens of each row's prompt, and later its completion
             counts = torch.zeros(n, vocab, dtype=torch.long, device=device)
             self.seen = counts.scatter_add_(1, prompt_ids, prompt_mask.long()) > 0
         self.completion = torch.full((n, max_new_tokens), self.pad, dtype=prompt_ids.dtype, device=device)  # [N, T]
@@ -220,7 +220,7 @@ class DecodeRows:
 
     def _stop_strings(self, step: int, active: torch.Tensor) -> None:
         """Rows whose newest token completed a stop string end here."""
-        k = self.knobs
+        k = self.options
         running = active[~(self.finished | self.halted)[active]] if k.stop else active[:0]  # [R]
         if len(running):
             tails = self.tokenizer.batch_decode(self.completion[running, max(0, step + 1 - k.stop_window) : step + 1],
@@ -235,7 +235,7 @@ class DecodeRows:
         completion_mask = self.alive[:, :steps].to(self.prompt_mask.dtype)  # [N, T]
         texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
         for i in self.stopped.nonzero().flatten().tolist():
-            texts[i] = cut_at_stop(texts[i], self.knobs.stop, self.knobs.include_stop)[0]
+            texts[i] = cut_at_stop(texts[i], self.options.stop, self.options.include_stop)[0]
         return Rollout(
             input_ids=torch.cat([self.prompt_ids, completion], dim=1),  # [N, P + T]
             attention_mask=torch.cat([self.prompt_mask, completion_mask], dim=1),  # [N, P + T]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grpo_aug.engines.knobs import Knobs, cut_at_stop
+from grpo_aug.engines.sampling_options import SamplingOptions, cut_at_stop
 from grpo_aug.engines.types import Rollout, rollout_from_ids
 
 
@@ -71,12 +71,12 @@ class MultiTurnEngine:
 
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str], temperatures: torch.Tensor,
                  top_p: float, max_new_tokens: int, generator: torch.Generator | None = None,
-                 all_done: Callable[[bool], bool] | None = None, knobs: Knobs | None = None,
+                 all_done: Callable[[bool], bool] | None = None, options: SamplingOptions | None = None,
                  limits: torch.Tensor | None = None, records: Sequence | None = None) -> Rollout:
         """records: each row's data record (an environment resets from it)."""
-        tools, k = self.tools, knobs or Knobs()
+        tools, k = self.tools, options or SamplingOptions()
         # the end marker stops a segment and stays in it: the policy wrote it
-        round_knobs = dataclasses.replace(k, stop=tuple(dict.fromkeys(k.stop + tools.stop)), include_stop=True)
+        round_options = dataclasses.replace(k, stop=tuple(dict.fromkeys(k.stop + tools.stop)), include_stop=True)
         cap = tools.max_transcript_tokens
         bound = min(max_new_tokens, cap)  # the decode loop's bound: the same on every rank
         calls_cap = tools.runner.limits.max_calls_per_row
@@ -98,13 +98,13 @@ class MultiTurnEngine:
                 break
             if not open_rows:  # a stand-in so that this rank's forwards match the others'
                 self.engine.generate(policy, tokenizer, [prompts[0]], temperatures[:1], top_p, bound,
-                                     generator=generator, all_done=all_done, knobs=round_knobs,
+                                     generator=generator, all_done=all_done, options=round_options,
                                      limits=torch.ones(1, dtype=torch.long))
                 continue
             budget = [min(own[r] - rows[r].policy_tokens, cap - len(rows[r].ids)) for r in open_rows]
             ro = self.engine.generate(policy, tokenizer, [prompts[r] + rows[r].ids for r in open_rows],
                                       temperatures[open_rows], top_p, bound, generator=generator,
-                                      all_done=all_done, knobs=round_knobs, limits=torch.tensor(budget))
+                                      all_done=all_done, options=round_options, limits=torch.tensor(budget))
             mask = ro.completion_mask.bool().cpu()  # [A, T]
             new_ids = ro.input_ids[:, ro.prompt_len :].cpu()  # [A, T]
             callers, segments = [], []
@@ -154,12 +154,12 @@ def ro_device(policy: torch.nn.Module) -> torch.device:
 
 
 def assemble(prompts: list[list[int]], rows: list[Transcript], temperatures: torch.Tensor, tokenizer,
-             knobs: Knobs, device: torch.device, rewards: list[float | None] | None = None) -> Rollout:
+             options: SamplingOptions, device: torch.device, rewards: list[float | None] | None = None) -> Rollout:
     """The transcripts as one Rollout: policy and tool tokens in the completion, tools' in `given`."""
     texts = []
     for row in rows:
         text = tokenizer.decode(row.ids, skip_special_tokens=True)
-        texts.append(cut_at_stop(text, knobs.stop, knobs.include_stop)[0] if row.stopped else text)
+        texts.append(cut_at_stop(text, options.stop, options.include_stop)[0] if row.stopped else text)
     ro = rollout_from_ids(prompts, [r.ids for r in rows], [r.logprobs for r in rows], temperatures, texts,
                           [r.finished for r in rows], tokenizer.pad_token_id, device)
     T = ro.completion_mask.shape[1]

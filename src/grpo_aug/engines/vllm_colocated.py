@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from grpo_aug.distributed import rank_world
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.types import Rollout, rollout_from_ids
 from grpo_aug.engines.weights import policy_weights
 from grpo_aug.errors import MissingPackage, UsageError
@@ -105,11 +105,11 @@ class VLLMEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
+                 options: SamplingOptions | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
         """records: the rows' data records, for multi-turn rollouts (rollout/turns.py); unused here."""
         from vllm import SamplingParams
 
-        k = knobs or Knobs()
+        k = options or SamplingOptions()
         prompts = (tokenizer(list(texts), add_special_tokens=False).input_ids if all(isinstance(t, str) for t in texts)
                    else [list(t) for t in texts])  # a multi-turn transcript so far: its tokens as they are
         budgets = [max_new_tokens] * len(texts) if limits is None else [min(int(x), max_new_tokens) for x in limits]

@@ -6,7 +6,7 @@ own rows to the one server; rank 0 alone pushes the weights (every rank takes pa
 them under FSDP2), and the others wait for the push at a barrier.
 
     generation  /v1/completions, one request per row with its token ids, temperature, seed and
-                knobs, `logprobs: 0` and `return_token_ids`; the server runs with
+                options, `logprobs: 0` and `return_token_ids`; the server runs with
                 `--logprobs-mode processed_logprobs` (the log-prob after temperature), so rows
                 come back as the colocated engine returns them
     weights     after each optimizer step, through the `rollout/engine/weight_sync` option:
@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from grpo_aug.distributed import first_process, rank_world
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.types import Rollout, rollout_from_ids
 from grpo_aug.engines.weight_sync import FileSync
 from grpo_aug.errors import ServerError, UsageError
@@ -189,10 +189,10 @@ class VLLMServerEngine:
     def generate(self, policy: torch.nn.Module, tokenizer, texts: Sequence[str] | Sequence[Sequence[int]],
                  temperatures: torch.Tensor, top_p: float, max_new_tokens: int,
                  generator: torch.Generator | None = None, all_done: Callable[[bool], bool] | None = None,
-                 knobs: Knobs | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
+                 options: SamplingOptions | None = None, limits: torch.Tensor | None = None, records=None) -> Rollout:
         """One request per row, `max_concurrency` in flight; records: unused (multi-turn rows
         arrive as token ids)."""
-        k = knobs or Knobs()
+        k = options or SamplingOptions()
         strings = all(isinstance(t, str) for t in texts)
         prompts = tokenizer(list(texts), add_special_tokens=False).input_ids if strings else [list(t) for t in texts]
         budgets = [max_new_tokens] * len(texts) if limits is None else [min(int(x), max_new_tokens) for x in limits]

@@ -16,7 +16,7 @@ import torch
 from torchmetrics.aggregation import SumMetric
 
 from grpo_aug.data.records import BUCKETS, Prompt
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards import AnswerFormat, MathReward
 
@@ -53,14 +53,14 @@ class HeldoutAccuracy(torch.nn.Module):
     def evaluate(self, engine, policy: torch.nn.Module, tokenizer, texts: list[str], batch: list[Prompt],
                  max_new_tokens: int, seed: int, device: torch.device,
                  all_done: Callable[[bool], bool] | None = None, counted: bool = True,
-                 knobs: Knobs | None = None) -> None:
+                 options: SamplingOptions | None = None) -> None:
         """One single-bucket batch: `texts` are its model inputs (prompt format applied), sampled
         by the run's engine (rollout/engine; synced to the policy by the caller) with the run's
-        sampling knobs (stop strings, repetition penalty, top-k, min-p).
+        sampling options (stop strings, repetition penalty, top-k, min-p).
         all_done: under sharded weights, the decode loop's cross-rank vote (see rollout.sampling);
         counted=False: generate (the other ranks' forwards need this one) but add nothing."""
         greedy = engine.generate(policy, tokenizer, texts, torch.zeros(len(batch)), 1.0, max_new_tokens,
-                                 all_done=all_done, knobs=knobs, records=batch)
+                                 all_done=all_done, options=options, records=batch)
         right = torch.tensor([self.exact(p, t) for p, t in zip(batch, greedy.texts, strict=True)])  # [B]
         adds = [("correct", right.sum()), ("total", torch.tensor(float(len(batch))))]
         k = self.settings.samples
@@ -69,7 +69,7 @@ class HeldoutAccuracy(torch.nn.Module):
             temps = torch.full((len(batch) * k,), self.settings.temperature)
             sampled = engine.generate(policy, tokenizer, [t for t in texts for _ in range(k)], temps,
                                       self.settings.top_p, max_new_tokens, generator=generator, all_done=all_done,
-                                      knobs=knobs, records=[r for r in batch for _ in range(k)])
+                                      options=options, records=[r for r in batch for _ in range(k)])
             scores = torch.tensor([self.exact(batch[i // k], t) for i, t in enumerate(sampled.texts)])
             scores = scores.view(len(batch), k)  # [B, k]
             adds += [("passed", (scores.max(dim=1).values == 1.0).sum().float()), ("right_samples", scores.sum() / k)]

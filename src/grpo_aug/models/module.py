@@ -295,7 +295,7 @@ class GRPOModule(L.LightningModule):
         texts = self.rollout.prompt_format([p.prompt for p in batch], [p.context for p in batch])
         self.val_accuracy.evaluate(engine, self.policy, self.tokenizer, texts, batch,
                                    self.val_accuracy.max_new_tokens or s.max_new_tokens, seed, self.device,
-                                   self.rollout.all_done(), counted=not padding, knobs=s.knobs)
+                                   self.rollout.all_done(), counted=not padding, options=s.options)
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = accuracy = self.val_accuracy.compute()

@@ -158,14 +158,14 @@ class GroupRollout:
                                    [p.context for p, c in zip(prompts, counts, strict=True) for _ in range(c)])
         records = [p for p, c in zip(prompts, counts, strict=True) for _ in range(c)]
         ro = self.engine.generate(policy, self.tokenizer, texts, temperatures, s.top_p, s.max_new_tokens,
-                                  generator=generator, all_done=self.all_done(), knobs=s.knobs, records=records)
+                                  generator=generator, all_done=self.all_done(), options=s.options, records=records)
         # the policy's own tokens: a tool's output is neither generated nor counted against the budget
         tokens = int(ro.written.sum())
         reflected = torch.zeros(len(texts), dtype=torch.bool)  # [sum counts]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
             def sample(texts_, temps):
                 return self.engine.generate(policy, self.tokenizer, texts_, temps, s.top_p, s.max_new_tokens,
-                                            generator=generator, knobs=s.knobs)
+                                            generator=generator, options=s.options)
             ro, reflected = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
         # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
         own = ro.written  # [n*R, T]

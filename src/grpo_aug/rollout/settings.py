@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_aug.data.records import Prompt
-from grpo_aug.engines.knobs import Knobs
+from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.errors import UsageError
 from grpo_aug.rollout.budget import UniformBudget
 from grpo_aug.rollout.dedup import NoDedup
@@ -27,7 +27,7 @@ class RolloutSettings:
     hints: Sequence[str] = ()  # method hints; slot g gets hints[g % len]; empty: off
     hint_template: str = "{question} {hint}"
     oversample: int = 1  # roll out oversample x group_size rows per prompt, keep the max-variance group_size
-    top_k: int = 0  # engines/knobs.py: 0, 0.0, 1.0 and () are off
+    top_k: int = 0  # engines/sampling_options.py: 0, 0.0, 1.0 and () are off
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     stop: Sequence[str] = ()
@@ -53,7 +53,7 @@ class RolloutSettings:
             raise UsageError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         object.__setattr__(self, "stop", tuple(self.stop))
-        self.knobs  # noqa: B018 (validates them now, before any model loads)
+        self.options  # noqa: B018 (validates them now, before any model loads)
         self.dedup.check_group_size(self.group_size)
         self.budget.check(self.group_size, self.oversample, self.dedup.min_unique)
         object.__setattr__(self, "hints", tuple(self.hints))
@@ -62,8 +62,8 @@ class RolloutSettings:
                              f"got {self.hint_template!r}")
 
     @property
-    def knobs(self) -> Knobs:
-        return Knobs(self.top_k, self.min_p, self.repetition_penalty, self.stop, self.include_stop_str)
+    def options(self) -> SamplingOptions:
+        return SamplingOptions(self.top_k, self.min_p, self.repetition_penalty, self.stop, self.include_stop_str)
 
     @property
     def rows_per_prompt(self) -> int:

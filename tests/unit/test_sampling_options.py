@@ -1,11 +1,11 @@
-"""Sampling knobs in the hf engine, by value: top-k, min-p, the repetition penalty and stop
+"""Sampling options in the hf engine, by value: top-k, min-p, the repetition penalty and stop
 strings, against hand-computed distributions and a plain greedy loop without a KV cache."""
 
 import pytest
 import torch
 
-from grpo_aug.engines.knobs import Knobs, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.engines.sampling import generate, sample_next_token
+from grpo_aug.engines.sampling_options import SamplingOptions, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.settings import RolloutSettings
 
@@ -68,7 +68,8 @@ def _greedy_by_hand(model, tok, prompt: str, steps: int, penalty: float) -> list
 @pytest.mark.parametrize("lean", [True, False])
 def test_repetition_penalty_in_the_decode_loop_matches_a_plain_loop(tiny_model_dir, lean):
     model, tok = load_policy(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
-    ro = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 12, lean=lean, knobs=Knobs(repetition_penalty=5.0))
+    ro = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 12, lean=lean,
+                  options=SamplingOptions(repetition_penalty=5.0))
     plain = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 12, lean=lean)
     for i, prompt in enumerate(PROMPTS):
         got = ro.input_ids[i, ro.prompt_len :][ro.completion_mask[i].bool()].tolist()
@@ -80,12 +81,12 @@ def test_repetition_penalty_in_the_decode_loop_matches_a_plain_loop(tiny_model_d
 def test_a_stop_string_ends_the_row_and_its_mask_there(tiny_model_dir):
     model, tok = load_policy(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
     varied = dict(repetition_penalty=5.0)  # the untrained model's greedy rows then write varied text
-    free = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 16, knobs=Knobs(**varied))
+    free = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 16, options=SamplingOptions(**varied))
     stop = free.texts[0][3:5]  # a string the greedy row 0 writes, first ending at its 5th character
     assert len(stop) == 2 and free.texts[0].find(stop) == 3
     for include in (False, True):
         ro = generate(model, tok, PROMPTS, torch.zeros(3), 1.0, 16,
-                      knobs=Knobs(stop=(stop,), include_stop=include, **varied))
+                      options=SamplingOptions(stop=(stop,), include_stop=include, **varied))
         for i in range(3):  # every row: the free row up to where it first writes the stop string, if it does
             text, ids = free.texts[i], free.input_ids[i, free.prompt_len :][free.completion_mask[i].bool()].tolist()
             at = text.find(stop)
@@ -97,10 +98,10 @@ def test_a_stop_string_ends_the_row_and_its_mask_there(tiny_model_dir):
             assert bool(ro.truncated[i]) == (at < 0 and bool(free.truncated[i])), i
 
 
-def test_knobs_are_checked_when_the_config_is_built():
+def test_sampling_options_are_checked_when_the_config_is_built():
     for bad, key in [(dict(top_k=-1), "rollout.top_k"), (dict(min_p=1.0), "rollout.min_p"),
                      (dict(repetition_penalty=0.0), "rollout.repetition_penalty"), (dict(stop=[""]), "rollout.stop")]:
         with pytest.raises(ValueError, match=key):
             RolloutSettings(**bad)
-    assert RolloutSettings(stop=["\n\n"], top_k=5).knobs == Knobs(5, 0.0, 1.0, ("\n\n",), False)
+    assert RolloutSettings(stop=["\n\n"], top_k=5).options == SamplingOptions(5, 0.0, 1.0, ("\n\n",), False)
     assert cut_at_stop("a.b;c.", (";", "."), include=True) == ("a.", True)

@@ -1,11 +1,11 @@
-"""Sampling knobs beyond temperature and top-p (`rollout.top_k|min_p|repetition_penalty|stop`),
+"""Sampling options beyond temperature and top-p (`rollout.top_k|min_p|repetition_penalty|stop`),
 the same in both engines (the hf decode loop; vLLM's SamplingParams).
 
 The order follows vLLM's sampler: repetition penalty on the logits, then the row's temperature,
 then min-p, top-k and top-p, each on what the previous one kept. A stop string ends its row like
 EOS: the tokens that wrote it are the row's last (they carry loss, as EOS does), and the text the
 rewards read is cut at the first stop string, the stop string kept or not (`include_stop`).
-The log-probs the rollout reports stay the tempered policy's, which the trainer scores: the knobs
+The log-probs the rollout reports stay the tempered policy's, which the trainer scores: the options
 shape which tokens are drawn, as `generate`'s do in TRL, not the objective.
 """
 
@@ -20,7 +20,7 @@ from grpo_aug.errors import UsageError
 
 
 @dataclass(frozen=True)
-class Knobs:
+class SamplingOptions:
     top_k: int = 0  # keep the k most likely tokens; 0: off
     min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability; 0: off
     repetition_penalty: float = 1.0  # > 1: tokens of the prompt or completion so far are less likely; 1: off
