@@ -16,7 +16,7 @@ from grpo_aug.lean.logprobs import token_logprobs
 from grpo_aug.prompts.datamodule import FixedBatches
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.step_types import Picked, SampledGroups
-from grpo_aug.update.ahead import AheadQueue, Job, drop_stale, pending_picked, stale_rows
+from grpo_aug.update.ahead import AheadQueue, QueuedRollout, drop_stale, pending_picked, stale_rows
 from helpers import make_module
 
 EASY = [r for r in SyntheticArithmetic(size_per_bucket=40, seed=0).load() if r.bucket == "easy"]
@@ -88,7 +88,7 @@ def test_queued_batches_go_into_the_checkpoint_as_plain_data_and_come_back():
                   context=(("system", "Be brief."), ("assistant", "ok")))
     queue = AheadQueue(depth=1)
     try:
-        queue.jobs.append(Job(picked([chat, EASY[0]]), 7, 6, done(None)))
+        queue.jobs.append(QueuedRollout(picked([chat, EASY[0]]), 7, 6, done(None)))
         entries = queue.pending()
     finally:
         queue.close()

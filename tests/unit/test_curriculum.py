@@ -9,8 +9,8 @@ from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
 from grpo_aug.prompts.curriculum import (
     AdaptiveSchedule,
     BanditSchedule,
+    BucketStep,
     LinearSchedule,
-    Seen,
     StagedSchedule,
     difficulty_weights,
 )
@@ -21,7 +21,7 @@ INDICES = {"easy": list(range(0, 100)), "medium": list(range(100, 200)), "hard":
 
 def one(bucket, reward, informative, predicted=None):
     """What a one-bucket step shows the schedule."""
-    return {bucket: Seen(reward, informative, predicted)}
+    return {bucket: BucketStep(reward, informative, predicted)}
 
 
 def test_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_path):
@@ -255,7 +255,7 @@ def test_the_feed_gives_the_schedule_the_step_s_rank_pooled_reward_and_informati
     seen, values = _feed_step([_prompt("medium")] * 3, rewards, scored, {"medium": 0.25}, other)
     # by hand: this rank's counted rewards 1+0+0+0 + 4 + 0+0+0 = 5 over 11 rows, one group of three
     # with spread; pooled: 7 / 19, 3 / 5; predicted: the ranks' mean (0.75 + 0.5) / 2
-    assert seen == [(7, {"medium": Seen(pytest.approx(7 / 19), pytest.approx(3 / 5), pytest.approx(0.625), 1.0)})]
+    assert seen == [(7, {"medium": BucketStep(pytest.approx(7 / 19), pytest.approx(3 / 5), pytest.approx(0.625), 1.0)})]
     assert values == {"curriculum/weight/easy": 0.2, "curriculum/weight/medium": 0.7,
                       "curriculum/weight/hard": 0.1, "curriculum/bucket": 1.0,
                       "curriculum/predicted_informative": pytest.approx(0.625)}
@@ -272,18 +272,18 @@ def test_the_feed_reports_each_bucket_of_a_mixed_step():
     seen, values = _feed_step([_prompt("easy"), _prompt("easy"), _prompt("hard")], rewards, scored, None, other)
     # by hand: easy 6 / 8 reward, 1 of 2 groups with spread, 2 of the step's 4 groups; hard 1 / 8,
     # 1 of 2, 2 of 4
-    assert seen == [(7, {"easy": Seen(0.75, 0.5, None, 0.5), "hard": Seen(0.125, 0.5, None, 0.5)})]
+    assert seen == [(7, {"easy": BucketStep(0.75, 0.5, None, 0.5), "hard": BucketStep(0.125, 0.5, None, 0.5)})]
     assert values["curriculum/bucket"] == 1.0  # half easy (0), half hard (2)
     assert "curriculum/predicted_informative" not in values
     bandit = BanditSchedule({"easy": 0.5, "medium": 0.5, "hard": 0.5}, rate=0.2)
     bandit.observe(0, seen[0][1])
     # each bucket moves by rate x its share: easy 0.5 + 0.1 * (0.5 - 0.5), hard the same; medium unseen
     assert bandit.values_for(2) == pytest.approx({"easy": 0.5, "medium": 0.5, "hard": 0.5})
-    bandit.observe(1, {"easy": Seen(1.0, 1.0, None, 0.75), "hard": Seen(0.0, 0.0, None, 0.25)})
+    bandit.observe(1, {"easy": BucketStep(1.0, 1.0, None, 0.75), "hard": BucketStep(0.0, 0.0, None, 0.25)})
     # easy 0.5 + 0.2 * 0.75 * 0.5 = 0.575; hard 0.5 + 0.2 * 0.25 * (0 - 0.5) = 0.475
     assert bandit.values_for(3) == pytest.approx({"easy": 0.575, "medium": 0.5, "hard": 0.475})
     adaptive = AdaptiveSchedule(target_success=0.5, step_size=0.1, sharpness=5.0)
-    adaptive.observe(0, {"easy": Seen(0.9, 0.0, None, 0.75), "hard": Seen(0.1, 0.0, None, 0.25)})
+    adaptive.observe(0, {"easy": BucketStep(0.9, 0.0, None, 0.75), "hard": BucketStep(0.1, 0.0, None, 0.25)})
     # the step's reward over its groups: 0.75 * 0.9 + 0.25 * 0.1 = 0.7
     assert adaptive.difficulty_for(2) == pytest.approx(0.1 * math.tanh(5 * 0.2))
 
@@ -360,7 +360,7 @@ def _drive_mixed(sampler, steps, state_at=None):
         out.append(batch)
         buckets = [b for _, b in batch]
         sampler.schedule.observe(sampler.start_step + k, {
-            b: Seen(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
+            b: BucketStep(0.5, {"easy": 0.2, "medium": 0.7, "hard": 0.4}[b], None, buckets.count(b) / len(buckets))
             for b in dict.fromkeys(buckets)})
         if state_at is not None and sampler.start_step + k + 1 == state_at:
             state = {**sampler.state_dict(), "next_step": state_at, "cursors": sampler.cursors_at(state_at)}

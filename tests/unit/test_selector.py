@@ -10,7 +10,7 @@ import torch
 from grpo_aug.data.records import Prompt
 from grpo_aug.prompts.history import Outcome, PromptHistory, PromptRecord
 from grpo_aug.prompts.predictors import HistoryPredictor, LearnedPredictor, NoPredictor, features
-from grpo_aug.prompts.selection import Gathered, PromptSelection, RankedSelection
+from grpo_aug.prompts.selection import GroupOutcome, PromptSelection, RankedSelection
 from grpo_aug.step_types import Picked
 
 
@@ -209,7 +209,7 @@ def test_observe_updates_history_from_every_rank_and_counts_the_window():
     mine = _prompts(2)
     sampled = _Sampled(mine, ["A: 1", "A: 1", "A: 9", "A: 2"], [False, True])  # p0 right twice, p1 right once
     picked = Picked(mine, frozenset({"p0"}), skipped=3, considered=5, references={})
-    other = ([Gathered("x", 30, "easy", 0.0, True, False, 8)], 1, 3, 5)  # the other rank's groups and counts
+    other = ([GroupOutcome("x", 30, "easy", 0.0, True, False, 8)], 1, 3, 5)  # the other rank's groups and counts
     sel.observe(picked, sampled, 4, rows_per_group=2, gather=lambda mine_: [mine_, other])
     assert history.get("p0").last_pass == 1.0 and history.get("p0").flat_streak == 1
     assert history.get("p1").last_pass == 0.5 and history.get("p1").flat_streak == 0

@@ -16,7 +16,7 @@ Steps here are rollout batches (the sampler's steps), `total_steps` the run's nu
               With `predicted`, a bucket's value follows the prompt selector's predicted share of
               its candidates with spread instead.
 Every schedule has observe(step, seen) (a no-op unless adaptive or bandit; the prompt feed calls it
-after each rollout with a `Seen` per bucket the step held, pooled over ranks: its mean reward, its
+after each rollout with a `BucketStep` per bucket the step held, pooled over ranks: its mean reward, its
 share of groups with reward spread, the selector's predicted share and the bucket's share of the
 step's groups) and state_dict/load_state_dict. A mixed batch (data.mix_buckets) moves the adaptive
 difficulty by the step's overall reward and every bucket's bandit value by `rate` x its share.
@@ -44,7 +44,7 @@ def _check_weights(weights: Mapping[str, float], where: str) -> dict[str, float]
     return {b: float(weights.get(b, 0.0)) for b in BUCKETS}
 
 
-class Seen(NamedTuple):
+class BucketStep(NamedTuple):
     """One bucket's groups in one step, pooled over ranks."""
     reward: float  # mean reward of its scored rows
     informative: float  # share of its groups (with a defined std) whose rewards differ
@@ -53,7 +53,7 @@ class Seen(NamedTuple):
 
 
 class _Stateless:
-    def observe(self, step: int, seen: Mapping[str, Seen]) -> None:
+    def observe(self, step: int, seen: Mapping[str, BucketStep]) -> None:
         pass
 
     def state_dict(self) -> dict:
@@ -144,13 +144,13 @@ class _Lagged:
             raise RuntimeError(f"curriculum: step {step} needs the {self.what} of step {source}, not observed yet")
         return self.after[source]
 
-    def observe(self, step: int, seen: Mapping[str, Seen]) -> None:
+    def observe(self, step: int, seen: Mapping[str, BucketStep]) -> None:
         """seen: each bucket the step held (the buckets of its groups)."""
         self.after[step] = self._next(self.after.get(step - 1, self.initial), seen)
         for old in [s for s in self.after if s < step - self.LAG]:
             del self.after[old]  # only the last LAG + 1 states are ever read
 
-    def _next(self, before, seen: Mapping[str, Seen]):
+    def _next(self, before, seen: Mapping[str, BucketStep]):
         raise NotImplementedError
 
     def buckets_used(self) -> dict[str, str]:
@@ -186,7 +186,7 @@ class AdaptiveSchedule(_Lagged):
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         return difficulty_weights(self.difficulty_for(step))
 
-    def _next(self, before: float, seen: Mapping[str, Seen]) -> float:
+    def _next(self, before: float, seen: Mapping[str, BucketStep]) -> float:
         reward = sum(s.share * s.reward for s in seen.values())  # the step's, over its groups
         moved = before + self.step_size * math.tanh(self.sharpness * (reward - self.target_success))
         return min(max(moved, 0.0), len(BUCKETS) - 1.0)
@@ -233,7 +233,7 @@ class BanditSchedule(_Lagged):
         total = sum(exp.values())
         return {b: (1 - self.explore) * e / total + self.explore / len(BUCKETS) for b, e in exp.items()}
 
-    def _next(self, before: dict[str, float], seen: Mapping[str, Seen]) -> dict[str, float]:
+    def _next(self, before: dict[str, float], seen: Mapping[str, BucketStep]) -> dict[str, float]:
         values = dict(before)
         for bucket, s in seen.items():
             signal = s.predicted if self.predicted and s.predicted is not None else s.informative

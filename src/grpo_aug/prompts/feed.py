@@ -21,7 +21,7 @@ from grpo_aug.algo.group_stats import group_stats
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import BUCKETS, Prompt
 from grpo_aug.distributed import gather_per_rank
-from grpo_aug.prompts.curriculum import Seen
+from grpo_aug.prompts.curriculum import BucketStep
 from grpo_aug.prompts.likelihood import reference_logprobs
 from grpo_aug.prompts.selection import PromptSelection
 from grpo_aug.step_types import Picked, SampledGroups
@@ -49,7 +49,7 @@ def bucket_totals(sampled: SampledGroups, flat_predicted: dict[str, float] | Non
     return totals
 
 
-def seen_by_bucket(totals: torch.Tensor) -> dict[str, Seen]:
+def seen_by_bucket(totals: torch.Tensor) -> dict[str, BucketStep]:
     """The schedule's view of a step from `bucket_totals` summed over ranks: each bucket that had groups."""
     groups = float(totals[:, 4].sum())
     seen = {}
@@ -57,7 +57,7 @@ def seen_by_bucket(totals: torch.Tensor) -> dict[str, Seen]:
         reward_sum, scored, informative, has_std, n, predicted, ranks = totals[k].tolist()
         if n == 0:
             continue
-        seen[bucket] = Seen(reward_sum / max(scored, 1.0), informative / has_std if has_std else 0.0,
+        seen[bucket] = BucketStep(reward_sum / max(scored, 1.0), informative / has_std if has_std else 0.0,
                             predicted / ranks if ranks else None, n / groups)
     return seen
 

@@ -43,7 +43,9 @@ from grpo_aug.rewards import AnswerFormat, MathReward
 from grpo_aug.step_types import Picked, PromptPool, SampledGroups
 
 
-class Gathered(NamedTuple):
+class GroupOutcome(NamedTuple):
+    """One rolled-out group as the selector and the history learn from it (gathered from every rank)."""
+
     prompt_id: str
     length: int  # prompt characters
     bucket: str
@@ -133,7 +135,7 @@ class PromptSelection:
             candidates, spares = spares[:need], spares[need:]
         return kept, audited, skipped, considered
 
-    def outcomes(self, picked: Picked, sampled: SampledGroups, rows_per_group: int) -> list[Gathered]:
+    def outcomes(self, picked: Picked, sampled: SampledGroups, rows_per_group: int) -> list[GroupOutcome]:
         """This rank's groups as outcomes (refill groups included: they were rolled out too)."""
         G = sampled.rewards.shape[1]
         flat = (~sampled.informative).tolist()
@@ -147,7 +149,7 @@ class PromptSelection:
             rate = sum(self.exact(p, t) for t in texts) / len(texts)
             # oversampling rolled out k = rows_per_group / G rows per row kept; a budget never oversamples
             rows = int(present[b].sum()) * max(rows_per_group // G, 1)
-            out.append(Gathered(p.id, len(p.prompt), p.bucket, rate, flat[b], p.id in picked.audited, rows,
+            out.append(GroupOutcome(p.id, len(p.prompt), p.bucket, rate, flat[b], p.id in picked.audited, rows,
                                 picked.references.get(p.id)))
         return out
 
@@ -156,7 +158,7 @@ class PromptSelection:
         """Train the selector and update the history with every rank's outcomes; returns the moves."""
         every = gather((self.outcomes(picked, sampled, rows_per_group), picked.skipped, picked.considered,
                         sampled.tokens))
-        outcomes: list[Gathered] = []
+        outcomes: list[GroupOutcome] = []
         for groups, skipped, considered, tokens in every:
             outcomes += groups
             self.tokens_total += tokens

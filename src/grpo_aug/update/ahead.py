@@ -53,7 +53,9 @@ def drop_stale(sampled: SampledGroups, current: int, bound: int) -> tuple[Sample
     return sampled._replace(valid=valid, informative=sampled.informative & left, kept=sampled.kept & left), dropped
 
 
-class Job(NamedTuple):
+class QueuedRollout(NamedTuple):
+    """A batch picked for a rollout on the worker, and the rollout to come."""
+
     picked: Picked
     rollout_step: int  # the data sampler's step of the batch
     version: int  # rollout steps trained when it was submitted: the sampler's weights
@@ -82,20 +84,20 @@ class AheadQueue:
         if depth < 1:
             raise UsageError(f"AheadQueue needs rollout.ahead >= 1, got {depth}")
         self.depth = depth
-        self.jobs: deque[Job] = deque()
+        self.jobs: deque[QueuedRollout] = deque()
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-ahead")
         self.dropped = 0  # stale rows dropped, this run
 
     def submit(self, picked: Picked, rollout_step: int, version: int, sample) -> None:
         """sample(): the rollout of `picked`, run on the worker."""
-        self.jobs.append(Job(picked, rollout_step, version, self.worker.submit(sample)))
+        self.jobs.append(QueuedRollout(picked, rollout_step, version, self.worker.submit(sample)))
 
     @property
     def ready(self) -> bool:
         """More than `depth` rollouts queued: the oldest is due for training."""
         return len(self.jobs) > self.depth
 
-    def take(self, current: int) -> tuple[Job, SampledGroups, int]:
+    def take(self, current: int) -> tuple[QueuedRollout, SampledGroups, int]:
         """The oldest rollout, versioned, its rows staler than `depth` versions dropped."""
         job = self.jobs.popleft()
         sampled = job.result.result()
