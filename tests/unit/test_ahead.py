@@ -111,10 +111,9 @@ class Watch(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.outputs.append(outputs)
-        if outputs:
-            self.weights.append(copy.deepcopy(module.policy.state_dict()))
-            sampler, policy = module.sampler.model.state_dict(), module.policy.state_dict()
-            self.pushed.append(all(torch.equal(a, b) for a, b in zip(sampler.values(), policy.values(), strict=True)))
+        self.weights.append(copy.deepcopy(module.policy.state_dict()))
+        sampler, policy = module.source.copy.model.state_dict(), module.policy.state_dict()
+        self.pushed.append(all(torch.equal(a, b) for a, b in zip(sampler.values(), policy.values(), strict=True)))
 
 
 def test_a_fit_ahead_trains_rows_against_the_log_probs_of_the_weights_k_steps_old(tiny_model_dir, monkeypatch):
@@ -139,9 +138,9 @@ def test_a_fit_ahead_trains_rows_against_the_log_probs_of_the_weights_k_steps_ol
     trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[watch])
-    trainer.fit(module, datamodule=FixedBatches([EASY[2 * i : 2 * i + 2] for i in range(steps + k)]))
+    trainer.fit(module, datamodule=FixedBatches([EASY[2 * i : 2 * i + 2] for i in range(steps + k)], ahead=k))
     assert trainer.global_step == steps
-    assert [bool(o) for o in watch.outputs] == [False] * k + [True] * steps  # the first k calls fill the queue
+    assert [bool(o) for o in watch.outputs] == [True] * steps  # every call trains: the first queued k + 1
     assert all(watch.pushed)
     assert [version for version, _ in seen] == [0, 0, 0, 1]  # the call at step s sampled from version s - k
     policy = copy.deepcopy(module.policy)

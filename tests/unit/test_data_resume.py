@@ -25,22 +25,26 @@ def _datamodule(tmp_path, ahead, step=0):
 
 @pytest.mark.parametrize("ahead", [0, 1])
 def test_the_datamodules_own_state_dict_continues_the_batches(tmp_path, ahead):
-    """Trained to step 13, the loader has handed out the 13 trained batches, the `ahead` queued in
-    the module and the one Lightning fetched early; the saved state resumes at step 13 + ahead."""
+    """Trained to step 13, the loader has handed out the 13 trained calls (the first with the
+    `ahead` queued batches too) and the one Lightning fetched early; the saved state resumes at data
+    step 13 + ahead, one batch per call."""
     dm = _datamodule(tmp_path, ahead)
     names = {i: r.id for i, r in enumerate(dm.train_records)}
-    whole = [[p.id for p in batch] for batch in dm.train_dataloader()]
+    calls = list(dm.train_dataloader())
+    assert len(calls) == 40 and [len(c) for c in calls[:2]] == [1 + ahead, 1]
+    whole = [[p.id for p in batch] for call in calls for batch in call]  # one per data step
     assert len(whole) == 40 + ahead
     dm2 = _datamodule(tmp_path, ahead)
     loader = iter(dm2.train_dataloader())
-    for _ in range(13 + ahead + 1):
+    for _ in range(13 + 1):
         next(loader)
     dm2.trainer.global_step = 13
     state = dm2.state_dict()
     assert state["next_step"] == 13 + ahead
     resumed = _datamodule(tmp_path, ahead)
     resumed.load_state_dict(state)
-    got = [[p.id for p in batch] for batch in resumed.train_dataloader()]
+    got = [[p.id for p in batch] for call in resumed.train_dataloader() for batch in call]
+    assert all(len(call) == 1 for call in resumed.train_dataloader())
     assert got == whole[13 + ahead:]
     assert len(set(names.values())) == len(names)  # ids name prompts one to one: the comparison means it
 

@@ -224,8 +224,6 @@ class Alerts(L.Callback):
                    "rollout/selector=none, or a lower lr")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not outputs:  # a call that only queued a rollout (rollout.ahead): no step
-            return
         report: StepReport = outputs["report"]
         stats = trainer.strategy.reduce(step_stats(report), reduce_op="mean")
         self.history.append(StepStats(*stats.tolist()))

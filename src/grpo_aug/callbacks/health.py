@@ -259,8 +259,6 @@ class SampleHealth(L.Callback):
                 self.distributions[name].update(values.to(device))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not outputs:  # a call that only queued a rollout (rollout.ahead): no step
-            return
         report: StepReport = outputs["report"]
         self.overall.update(health_values(report, self.low_std, self.high_std), pl_module.device)
         rewards, scored = report.rewards, report.scored  # [N, G]

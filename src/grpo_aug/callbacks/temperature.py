@@ -79,8 +79,6 @@ class AdaptiveTemperature(L.Callback):
         self._apply(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not outputs:  # a call that only queued a rollout (rollout.ahead): no step
-            return
         report: StepReport = outputs["report"]
         rewards = report.rewards  # [B, G]
         # the std the advantages see; averaged over ranks so that every rank takes the same

@@ -22,6 +22,7 @@ from grpo_aug.distributed import Ranks
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
 from grpo_aug.models.evaluation import HeldoutAccuracy, describe
+from grpo_aug.models.group_sources import SampleAhead, SampleNow
 from grpo_aug.models.loading import load_tokenizer
 from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.policy import PolicyModels
@@ -33,7 +34,6 @@ from grpo_aug.prompts.pass_rate import pass_rates
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.groups import GroupRollout
 from grpo_aug.step_types import Picked, PreparedStep, SampledGroups, UpdateStats
-from grpo_aug.update.ahead import AheadQueue, PolicyCopy, pending_picked
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
 from grpo_aug.update.step import step_report, train_scalars
 
@@ -66,10 +66,10 @@ class GRPOModule(L.LightningModule):
         self.logged_window = 0  # global_step // trainer.log_every_n_steps at the last train/* write
         self.last_eval: dict[str, float] = {}
         self.val_accuracy = evaluation or HeldoutAccuracy()
-        # rollout.ahead >= 1 (update/ahead.py): the queue of rollouts sampled ahead, the hf engine's
-        # copy of the weights they sample from, and a checkpoint's queued batches to sample again
-        self.ahead: AheadQueue | None = None
-        self.sampler: PolicyCopy | None = None
+        # where the step's groups come from (models/group_sources.py): sampled now, or with
+        # rollout.ahead >= 1 queued k steps ago (built at train start; a checkpoint's queued batches
+        # are sampled again then)
+        self.source: SampleNow | SampleAhead = SampleNow(self)
         self.restored_queue: list[dict] = []
 
     @property
@@ -131,17 +131,11 @@ class GRPOModule(L.LightningModule):
         self.logged_window = self.global_step // self.trainer.log_every_n_steps
         self.rollout.restore(next(self.policy.parameters()).device, self.global_rank)
         if self.rollout.settings.ahead:
-            self.ahead = AheadQueue(self.rollout.settings.ahead)
-            self.sampler = None if self.rollout.engine.external else PolicyCopy(self.policy)
-            self.rollout.engine.sync(self.policy, self.global_step)  # an external sampler starts from these weights
-            for entry in self.restored_queue:  # sampled again, from the checkpoint's weights
-                picked, rollout_step = pending_picked(entry)
-                self._submit(picked, rollout_step)
+            self.source = SampleAhead(self, self.rollout.settings.ahead, self.restored_queue)
             self.restored_queue = []
 
     def on_train_end(self) -> None:
-        if self.ahead is not None:
-            self.ahead.close()
+        self.source.close()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.models.saved(checkpoint.get("state_dict", {}))
@@ -150,7 +144,7 @@ class GRPOModule(L.LightningModule):
             "rollout": self.rollout.state_dict(next(self.policy.parameters()).device, self.global_rank),
             "feed": self.feed.state_dict(),  # the same on every rank
             "update": self.update.state_dict(),
-            "ahead": [] if self.ahead is None else self.ahead.pending(),
+            "ahead": self.source.pending(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -164,26 +158,29 @@ class GRPOModule(L.LightningModule):
             self.restored_queue = list(state.get("ahead", []))
 
     # -- one GRPO step: a rollout, then algo.num_iterations x algo.minibatches updates ----------
-    def training_step(self, batch: list[Prompt], batch_idx: int) -> dict | None:
-        if self.ahead is not None:
-            return self.ahead_step(batch)
-        # 1-2. the feed picks the prompts; the rollout samples, scores and dedups their groups; the
-        # feed learns from them (history, selector, curriculum) before any weight moves
-        rollout_step = self.global_step // self.algo.updates_per_rollout
-        picked, sampled, curriculum = self.sample_groups(batch, rollout_step, self.global_step)
+    def training_step(self, batches: list[list[Prompt]], batch_idx: int) -> dict:
+        """`batches`: the batches of the data steps this call starts (one; the first call of a run
+        with rollout.ahead=k gets k + 1)."""
+        # 1-2. the groups to train on from the source: picked and sampled now, or queued
+        # rollout.ahead steps ago; the feed has learnt from them (history, selector, curriculum)
+        # before any weight moves
+        groups = self.source.groups(batches)
 
         # 3. masks, advantages, reference (and old) log-probs: once per rollout
-        step = self.prepare(sampled)
+        step = self.prepare(groups.sampled)
 
         # 4. the clipped-loss updates over minibatches of whole groups
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
         updates, kl_mean, beta = self.update.train(self.policy, step, handle)
 
-        # 5. logs, and the report the callbacks read
-        return self.finish_step(step, updates, kl_mean, beta, curriculum)
+        # 5. the weights moved: a sampler ahead of training takes them
+        self.source.weights_moved()
+
+        # 6. logs, and the report the callbacks read
+        return self.finish_step(step, updates, kl_mean, beta, groups.curriculum, groups.extra)
 
     def finish_step(self, step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor, beta: float,
-                    curriculum: dict[str, float], extra: dict[str, float] | None = None) -> dict:
+                    curriculum: dict[str, float], extra: dict[str, float]) -> dict:
         for skipped in updates.skipped.tolist():
             self.counts.add_update(bool(skipped))
         self._log_step(step, updates, beta, curriculum, extra)
@@ -191,49 +188,7 @@ class GRPOModule(L.LightningModule):
                                   getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
         return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates}
 
-    # -- rollout.ahead >= 1: sample the next rollouts while this step trains (update/ahead.py) --------
-    def ahead_step(self, batch: list[Prompt]) -> dict | None:
-        queue, U = self.ahead, self.algo.updates_per_rollout
-        version = self.global_step // U  # rollout steps trained: the weights the sampler holds now
-        # 1. this call's batch, picked now, sampled on the worker from the sampler's weights
-        rollout_step = version + len(queue.jobs)  # the data step of this call's batch
-        wanted = rollout_step < -(-self.trainer.max_steps // U)  # the last k batches would never train
-        if wanted:
-            self._submit(self.feed.pick(batch, rollout_step, self.policy), rollout_step)
-            if not queue.ready:  # the first k calls only fill the queue
-                return None
-
-        # 2. the oldest rollout (k calls old), rows staler than k versions dropped; the feed observes
-        # it; the updates' ratio is against its sampler's log-probs
-        job, sampled, dropped = queue.take(version)
-        curriculum = self.feed.observe(job.picked, sampled, job.rollout_step, self.rollout.settings.rows_per_prompt)
-        step = self.prepare(sampled)
-        handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
-        updates, kl_mean, beta = self.update.train(self.policy, step, handle)
-
-        # 3. the queued rollouts finish, then the sampler takes the new weights
-        queue.drain()
-        if self.sampler is not None:
-            self.sampler.push(self.policy)
-        else:
-            self.rollout.engine.sync(self.policy, self.global_step)
-        extra = {"rollout/staleness": float(version - job.version), "rollout/stale_rows": float(dropped),
-                 "rollout/stale_rows_total": float(queue.dropped)}
-        return self.finish_step(step, updates, kl_mean, beta, curriculum, extra)
-
-    def _submit(self, picked: Picked, rollout_step: int) -> None:
-        """Queue the rollout of `picked` on the worker; what it needs from this thread is read now."""
-        step = self.global_step
-        state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
-        rows = self._rows_per_prompt(picked)
-        model, generator = (self.sampler.model if self.sampler is not None else self.policy), self.generator
-
-        def sample() -> SampledGroups:
-            return self.rollout.sample(model, picked.prompts, step, generator, state, rows)
-
-        self.ahead.submit(picked, rollout_step, self.global_step // self.algo.updates_per_rollout, sample)
-
-    def _rows_per_prompt(self, picked: Picked) -> list[int] | None:
+    def rows_per_prompt(self, picked: Picked) -> list[int] | None:
         """Rows for each picked prompt (rollout/budget: shared out by predicted pass rate); None:
         group_size each."""
         s = self.rollout.settings
@@ -252,7 +207,7 @@ class GRPOModule(L.LightningModule):
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
         s = self.rollout.settings
         sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state,
-                                      self._rows_per_prompt(picked))
+                                      self.rows_per_prompt(picked))
         curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 from collections import defaultdict
@@ -30,6 +31,35 @@ def _collate(batch: list[Prompt]) -> list[Prompt]:
     return batch
 
 
+def _collate_steps(items: list[tuple[int, Prompt]]) -> list[list[Prompt]]:
+    """(slot, record) items -> one batch of records per slot, in slot order."""
+    batches: list[list[Prompt]] = [[] for _ in range(1 + max((slot for slot, _ in items), default=0))]
+    for slot, record in items:
+        batches[slot].append(record)
+    return batches
+
+
+class StepBatches:
+    """What a training call receives: the batches of the data steps it starts. The first call of
+    a run with `rollout.ahead=k` starts data steps 0..k (their rollouts are queued at once: the
+    first trains on step 0's), every other call one step. Yields (index, bucket, slot) keys, slot
+    being the batch's place in the call's list."""
+
+    def __init__(self, sampler: CurriculumBatchSampler, ahead: int) -> None:
+        self.sampler, self.ahead = sampler, ahead
+
+    def __iter__(self):
+        steps = iter(self.sampler)
+        first = self.ahead + 1 if self.sampler.position == 0 else 1  # a resumed run's queue is in its checkpoint
+        group = list(itertools.islice(steps, first))
+        while group:
+            yield [(index, bucket, slot) for slot, keys in enumerate(group) for index, bucket in keys]
+            group = list(itertools.islice(steps, 1))
+
+    def __len__(self) -> int:
+        return len(self.sampler) - self.ahead  # training calls over the whole run
+
+
 class PaddingBatch(list):
     """A held-out batch that only evens out the ranks' batch counts: under sharded weights every
     forward is a collective, so a rank with fewer batches must still join the others' forwards.
@@ -50,6 +80,14 @@ class BucketedRecords(Dataset):
         index, bucket = key
         record = self.records[index]
         return record if record.bucket == bucket else dataclasses.replace(record, bucket=bucket)
+
+
+class SlottedRecords(BucketedRecords):
+    """The same, keyed (index, bucket, slot) by `StepBatches`: (slot, record)."""
+
+    def __getitem__(self, key: tuple[int, str, int]) -> tuple[int, Prompt]:
+        index, bucket, slot = key
+        return slot, super().__getitem__((index, bucket))
 
 
 def split_heldout(records: list[Prompt], per_bucket: int, seed: int) -> tuple[list[Prompt], list[Prompt]]:
@@ -76,14 +114,15 @@ class RecordData(L.LightningDataModule):
 
 
 class FixedBatches(RecordData):
-    """Given batches of records, trained in order (unit tests and benchmarks that script the data)."""
+    """Given batches of records, trained in order (unit tests and benchmarks that script the data);
+    with `ahead=k` the first call gets the first k + 1 (as `StepBatches` gives them)."""
 
-    def __init__(self, batches: list[list[Prompt]]) -> None:
+    def __init__(self, batches: list[list[Prompt]], ahead: int = 0) -> None:
         super().__init__()
-        self.batches = batches
+        self.calls = [batches[: ahead + 1]] + [[b] for b in batches[ahead + 1 :]]
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.batches, batch_size=None, collate_fn=_collate)
+        return DataLoader(self.calls, batch_size=None, collate_fn=_collate)
 
 
 class PromptDataModule(RecordData):
@@ -209,7 +248,8 @@ class PromptDataModule(RecordData):
         if self._restored is not None:
             sampler.load_state_dict(self._restored)
         self.sampler = sampler
-        return DataLoader(BucketedRecords(self.train_records), batch_sampler=sampler, collate_fn=_collate)
+        return DataLoader(SlottedRecords(self.train_records), batch_sampler=StepBatches(sampler, self.ahead),
+                          collate_fn=_collate_steps)
 
     def state_dict(self) -> dict:
         """The sampler's position and schedule state, saved in Lightning checkpoints.

@@ -1,7 +1,7 @@
 """Generation ahead of training (`rollout.ahead=k`): the rollout of a batch runs while an earlier
 batch trains, and is trained k steps after it was requested.
 
-A training step with k >= 1 (models/module.py, `_ahead_step`):
+A training step with k >= 1 (models/group_sources.py, `SampleAhead`):
 
     1. the feed picks this call's batch with the policy as it is now; its rollout is submitted to
        one worker thread, which samples it from the sampler's weights (version v = the rollout
@@ -13,8 +13,8 @@ A training step with k >= 1 (models/module.py, `_ahead_step`):
        rollout is ever sampled from weights that change under it
 
 So each rollout overlaps one training step, and every row is trained exactly k versions after
-the weights that sampled it. The first k calls only fill the queue (no optimizer step); the data
-module yields k more batches than the run has rollouts.
+the weights that sampled it. The first call queues the batches of data steps 0..k at once
+(prompts/datamodule.py, `StepBatches`) and trains on step 0's: every call trains.
 
 The hf engine samples from a copy of the policy (`PolicyCopy`), an external engine (a vLLM server)
 from its own weights; either way the push happens on the main thread, between steps. Callbacks,
