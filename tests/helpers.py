@@ -215,13 +215,15 @@ class DecisionLog(L.Callback):
 
 class DrawnPrompts(L.Callback):
     """Writes the ids of the prompts each step's batch drew to `<out>/drawn-rank<R>.json` at the end
-    of training ({step: [ids]}, the step being the optimizer step the batch trains)."""
+    of training ({step: [ids]}, the step being the optimizer step the batch trains; rollout.ahead=0:
+    a call is handed its one batch)."""
 
     def __init__(self, out: str) -> None:
         self.out, self.seen = Path(out), {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.seen[trainer.global_step + 1] = [p.id for p in batch]
+        (step_batch,) = batch
+        self.seen[trainer.global_step + 1] = [p.id for p in step_batch]
 
     def on_train_end(self, trainer, pl_module) -> None:
         import json
@@ -407,7 +409,7 @@ class RankSamples(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         report = outputs["report"]
-        self.seen[trainer.global_step] = {"ids": [p.id for p in batch],
+        self.seen[trainer.global_step] = {"ids": [p.id for step_batch in batch for p in step_batch],
                                           "completions": [row["completion"] for row in report.samples],
                                           "gap": float(outputs["updates"].logprob_gap[0])}
 

@@ -45,10 +45,7 @@ class StepProgress(ProgressBar):
         self.remember_eval(trainer, pl_module)  # the step-0 baseline, or a resumed run's last
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        fields = {}
-        report = outputs.get("report") if isinstance(outputs, dict) else None
-        if report is not None:
-            fields["bucket"] = bucket_label(report.buckets)
+        fields = {"bucket": bucket_label(outputs["report"].buckets)}
         reward = trainer.progress_bar_metrics.get("train/reward")
         if reward is not None:
             fields["reward"] = f"{float(reward):.2f}"

@@ -14,15 +14,12 @@ Either way the feed observes a rollout's groups just before they train.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.step_types import Picked, SampledGroups
 from grpo_aug.update.ahead import AheadQueue, PolicyCopy, pending_picked
-
-if TYPE_CHECKING:  # the module builds its source
-    from grpo_aug.models.module import GRPOModule
 
 
 class Groups(NamedTuple):
@@ -32,9 +29,10 @@ class Groups(NamedTuple):
 
 
 class SampleNow:
-    """rollout.ahead=0: the step's own batch, sampled from the policy as it is."""
+    """rollout.ahead=0: the step's own batch, sampled from the policy as it is. `module`: the
+    GRPOModule whose step asks (its feed, rollout, policy and step counters)."""
 
-    def __init__(self, module: GRPOModule) -> None:
+    def __init__(self, module) -> None:
         self.module = module
 
     def groups(self, batches: list[list[Prompt]]) -> Groups:
@@ -57,7 +55,7 @@ class SampleNow:
 class SampleAhead:
     """rollout.ahead=k: rollouts queued on a worker, each trained k steps after its weights."""
 
-    def __init__(self, module: GRPOModule, depth: int, restored: list[dict]) -> None:
+    def __init__(self, module, depth: int, restored: list[dict]) -> None:
         self.module = module
         self.queue = AheadQueue(depth)
         # the hf engine samples from a copy of the policy; an external engine is its own sampler
