@@ -75,17 +75,14 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
     with_std = one * has.sum()
     stds = stats.std[has]  # [n]
 
-    def share(flags: torch.Tensor) -> torch.Tensor:
-        return flags.float().mean() if flags.numel() else 0 * one
-
-    zero_std = share(~stats.informative[has])
+    zero_std = _share(~stats.informative[has])
     advantages = report.advantages.float()
     loss_tokens = report.loss_tokens.float()
     values = {
         "health/reward_mean": (counted_mean(rewards, scored), one * scored.sum()),
         "health/reward_std": (stds.mean() if stds.numel() else 0 * one, with_std),
-        "health/group_std_low_frac": (share(stds < low_std), with_std),
-        "health/group_std_high_frac": (share(stds > high_std), with_std),
+        "health/group_std_low_frac": (_share(stds < low_std), with_std),
+        "health/group_std_high_frac": (_share(stds > high_std), with_std),
         "health/zero_std_frac": (zero_std, with_std),
         "health/effective_token_ratio": (loss_tokens / update_generated.clamp(min=1), update_generated),
         "health/kl_mean": (report.kl_mean, loss_tokens),
@@ -111,12 +108,17 @@ def health_values(report: StepReport, low_std: float = 0.3, high_std: float = 2.
             for k, (v, w) in values.items()}
 
 
+def _share(flags: torch.Tensor) -> torch.Tensor:
+    """[] the share of true flags; 0 when there are none."""
+    return flags.float().mean() if flags.numel() else torch.zeros((), device=flags.device)
+
+
 def _tool_values(report: StepReport, rows: torch.Tensor) -> dict[str, tuple]:
     """tools/* for a step whose rows called tools (rows: the rows that exist, as a weight)."""
     calls = report.tool_calls.float()  # [R]
     zero = torch.zeros((), device=calls.device)
     return {
-        "tools/call_frequency": ((calls > 0).float().mean() if calls.numel() else zero, rows),
+        "tools/call_frequency": (_share(calls > 0), rows),
         "tools/calls_per_row": (calls.mean() if calls.numel() else zero, rows),
         "tools/failure_frequency": (report.tool_failures.sum() / calls.sum().clamp(min=1), calls.sum()),
         "tools/token_share": ((report.tool_tokens / report.row_tokens.clamp(min=1)).mean()
