@@ -11,6 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from grpo_aug.config_renames import rewrite
 from grpo_aug.errors import UsageError, usage_message
 from grpo_aug.host_memory import keep_freed_memory
 from grpo_aug.pipeline import evaluate, train
@@ -50,4 +51,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:], notices = rewrite(sys.argv[1:])
+    for notice in notices:
+        print(notice, file=sys.stderr, flush=True)
     main()

@@ -10,21 +10,21 @@ Arms (each is `python train.py <overrides> seed=N`, the default task otherwise):
               the adaptive curriculum
     adaptive  the temperature ladder and zero-std filter with the adaptive curriculum, no selector
               (the default until 2026-12-01)
-    online    adaptive + data/difficulty=online
-    history   online + rollout/selector=history
-    learned   online + rollout/selector=learned
+    online    adaptive + prompts/difficulty=online
+    history   online + prompts/selector=history
+    learned   online + prompts/selector=learned
     learned_os2  online + learned + rollout.oversample=2
-    bandit    curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
+    bandit    prompts/curriculum=bandit (buckets drawn by their share of groups with reward spread), no selector
               (the default since 2026-12-04)
-    bandit_history  bandit + rollout/selector=history
-    bandit_learned  bandit + rollout/selector=learned (the default 2026-12-01 to 12-04; the learned
+    bandit_history  bandit + prompts/selector=history
+    bandit_learned  bandit + prompts/selector=learned (the default 2026-12-01 to 12-04; the learned
               selector reads the reference likelihood and ranks candidates since 2026-12-01 evening)
     bandit_learned_draw  bandit + the learned selector as it was before that: history features only,
               each candidate skipped with its flat probability, 2 replacement rounds
     default   the current default, whatever it is
     default_os2  default + rollout.oversample=2
     guided    default + rollout/reflect=prefix (all-wrong groups get rows that start inside the reference)
-    frontier  guided + curriculum.predicted=true (the bandit reads the selector's predicted spread)
+    frontier  guided + prompts.curriculum.predicted=true (the bandit reads the selector's predicted spread)
     budget    default + rollout/budget=informative (each step's rows shared out by predicted pass rate)
 Per run: greedy held-out accuracy per bucket at every evaluation (every 25 steps), the training
 seconds (wall time since the step-0 evaluation) and rollout tokens at each; per bucket the final
@@ -56,49 +56,51 @@ from grpo_aug.eventlog import read_events  # noqa: E402
 ONE = ["data.mix_buckets=false", "data.without_replacement=false"]  # one bucket per batch, prompts at random
 MIXED = ["data.mix_buckets=true", "data.without_replacement=false"]  # mixed batches, prompts at random
 MIXED_WOR = ["data.mix_buckets=true", "data.without_replacement=true"]  # mixed, prompts in passes (TRL's way)
-ADAPTIVE = ["curriculum=adaptive"]
-BANDIT = ["curriculum=bandit"]
-NO_SELECTOR = ["rollout/selector=none"]
-LEARNED = ["rollout/selector=learned"]
-ONLINE = [*ADAPTIVE, "data/difficulty=online"]
+ADAPTIVE = ["prompts/curriculum=adaptive"]
+BANDIT = ["prompts/curriculum=bandit"]
+NO_SELECTOR = ["prompts/selector=none"]
+LEARNED = ["prompts/selector=learned"]
+ONLINE = [*ADAPTIVE, "prompts/difficulty=online"]
+# the buckets a third each over the whole run
+THIRDS = ["prompts/curriculum=staged",
+          "prompts.curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]"]
 ARMS = {
     "plain": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *ONE],
     # plain, its buckets drawn a third each (one bucket per batch): TRL's whole-pool shares
-    "uniform": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+    "uniform": [*THIRDS,
                 *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *ONE],
     "adaptive": [*ADAPTIVE, *NO_SELECTOR, *ONE],
     # mixed batches (data.mix_buckets): every batch holds the buckets in the curriculum's shares
     "plain_mixed": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED],
-    "uniform_mixed": ["curriculum=staged", "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+    "uniform_mixed": [*THIRDS,
                       *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED],
     "bandit_mixed": [*BANDIT, *NO_SELECTOR, *MIXED],
     # ... and each bucket's prompts without replacement (data.without_replacement): TRL's sampling
-    "uniform_mixed_wor": ["curriculum=staged",
-                          "curriculum.stages=[{until:1.0,weights:{easy:0.34,medium:0.33,hard:0.33}}]",
+    "uniform_mixed_wor": [*THIRDS,
                           *NO_SELECTOR, "rollout.temperatures=[1.0]", "rollout.filter.zero_std=false", *MIXED_WOR],
     "bandit_mixed_wor": [*BANDIT, *NO_SELECTOR, *MIXED_WOR],
     # ... with a larger exploration share: every bucket gets at least explore / 3 of each batch
-    "bandit_mixed_wor_e30": [*BANDIT, "curriculum.explore=0.3", *NO_SELECTOR, *MIXED_WOR],
-    "bandit_mixed_wor_e45": [*BANDIT, "curriculum.explore=0.45", *NO_SELECTOR, *MIXED_WOR],
+    "bandit_mixed_wor_e30": [*BANDIT, "prompts.curriculum.explore=0.3", *NO_SELECTOR, *MIXED_WOR],
+    "bandit_mixed_wor_e45": [*BANDIT, "prompts.curriculum.explore=0.45", *NO_SELECTOR, *MIXED_WOR],
     "bandit_wor": [*BANDIT, *NO_SELECTOR, "data.mix_buckets=false", "data.without_replacement=true"],
     "plain_ladder": [*ADAPTIVE, *NO_SELECTOR, "rollout.filter.zero_std=false", *ONE],  # plain + the ladder
     "plain_filter": [*ADAPTIVE, *NO_SELECTOR, "rollout.temperatures=[1.0]", *ONE],  # plain + the zero-std filter
     "online": [*ONLINE, *NO_SELECTOR, *ONE],
-    "history": [*ONLINE, "rollout/selector=history", *ONE],
+    "history": [*ONLINE, "prompts/selector=history", *ONE],
     "learned": [*ONLINE, *LEARNED, *ONE],
     "learned_os2": [*ONLINE, *LEARNED, "rollout.oversample=2", *ONE],
     "bandit": [*BANDIT, *NO_SELECTOR, *ONE],
     "bandit_t1": [*BANDIT, *NO_SELECTOR, "rollout.temperatures=[1.0]", *ONE],  # `bandit` without its ladder
-    "bandit_history": [*BANDIT, "rollout/selector=history", *ONE],
+    "bandit_history": [*BANDIT, "prompts/selector=history", *ONE],
     "bandit_learned": [*BANDIT, *LEARNED, *ONE],
-    "bandit_learned_draw": [*BANDIT, *LEARNED, "rollout.selector._target_=grpo_aug.prompts.selection.PromptSelection",
-                            "~rollout.selector.max_flat", "~rollout.selector.spares", "rollout.selector.audit=0.1",
-                            "+rollout.selector.max_rounds=2",
-                            "rollout.selector.predictor.likelihood=false", *ONE],
+    "bandit_learned_draw": [*BANDIT, *LEARNED, "prompts.selector._target_=grpo_aug.prompts.selection.PromptSelection",
+                            "~prompts.selector.max_flat", "~prompts.selector.spares", "prompts.selector.audit=0.1",
+                            "+prompts.selector.max_rounds=2",
+                            "prompts.selector.predictor.likelihood=false", *ONE],
     "default": [],
     "default_os2": ["rollout.oversample=2"],
     "guided": ["rollout/reflect=prefix"],
-    "frontier": ["rollout/reflect=prefix", "curriculum.predicted=true"],
+    "frontier": ["rollout/reflect=prefix", "prompts.curriculum.predicted=true"],
     "budget": ["rollout/budget=informative"],
 }
 

@@ -86,13 +86,13 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     from grpo_aug.data.records import BUCKETS
     from grpo_aug.models.evaluation import HeldoutAccuracy
     from grpo_aug.models.optimization import Optimization
-    from grpo_aug.pipeline import check_tools, prepare_model, rollout_settings
+    from grpo_aug.pipeline import check_tools, prepare_model, prompt_datamodule, rollout_settings
 
     began = time.time()
     cfg = compose(overrides)
     model_settings = instantiate(cfg.model)
     rollout = rollout_settings(cfg.rollout)
-    datamodule = instantiate(cfg.data, schedule=instantiate(cfg.curriculum), total_steps=steps, updates_per_batch=1)
+    datamodule = prompt_datamodule(cfg, total_steps=steps, updates_per_batch=1)
     datamodule.setup("fit")
     start = prepare_model(model_settings, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg))
     reward_set = instantiate(cfg.reward, _convert_="all")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from grpo_aug.models.shipped import MANIFEST, RECIPE, STARTS, WEIGHTS, file_sha256  # noqa: E402
-from grpo_aug.pipeline import check_tools, prepare_model  # noqa: E402
+from grpo_aug.pipeline import check_tools, prepare_model, prompt_datamodule  # noqa: E402
 
 # what from_pretrained needs; the recipe stays beside it as provenance
 FILES = ["config.json", "generation_config.json", WEIGHTS, "tokenizer.json", "tokenizer_config.json", RECIPE]
@@ -42,7 +42,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     model = instantiate(cfg.model)
-    datamodule = instantiate(cfg.data, schedule=instantiate(cfg.curriculum), total_steps=cfg.trainer.max_steps)
+    datamodule = prompt_datamodule(cfg)
     datamodule.setup("fit")
     built = Path(prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg)))
     recipe = json.loads((built / RECIPE).read_text())

@@ -314,9 +314,8 @@ def make_module(path, reward=None, rollout=None, algo=None, pool=None, selection
     return GRPOModule(
         policy=PolicyModels(str(path), lora=lora, **policy),
         feed=PromptFeed(selection),
-        rollout=GroupRollout(rollout, reward, engine, reflect, algo.overlong_buffer, algo.overlong_penalty,
-                             prompt_format, pool, seed, tools),
-        update=PolicyUpdate(algo, reward.winsorize),
+        rollout=GroupRollout(rollout, reward, engine, reflect, prompt_format, pool, seed, tools),
+        update=PolicyUpdate(algo),
         optimization=Optimization(optimizer or functools.partial(torch.optim.AdamW, lr=1e-3)),
     )
 

@@ -37,7 +37,7 @@ def test_ahead_zero_logs_what_the_code_before_it_logged(tmp_path):
         pytest.skip(f"no commit {BEFORE} in this clone (a shallow clone?): {added.stderr.strip()[:200]}")
     try:
         run(old, tmp_path / "old" / "run", [])
-        run(ROOT, tmp_path / "new" / "run", ["rollout.ahead=0", "rollout/selector=learned", "data.mix_buckets=false",
+        run(ROOT, tmp_path / "new" / "run", ["rollout.ahead=0", "prompts/selector=learned", "data.mix_buckets=false",
                                              "data.without_replacement=false"])
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)

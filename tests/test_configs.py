@@ -6,7 +6,7 @@ from hydra.utils import instantiate
 
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.models.tiny import build_char_tokenizer
-from grpo_aug.pipeline import build_parts, rollout_settings
+from grpo_aug.pipeline import build_parts, prompt_datamodule, rollout_settings
 from grpo_aug.prompts.datamodule import PromptDataModule
 from helpers import TINY, compose_cfg
 
@@ -26,9 +26,9 @@ from helpers import TINY, compose_cfg
         ["reward=soft_math"],
         ["reward=similarity"],
         ["algo/loss=token_mean", "algo/beta=linear"],
-        ["algo/loss=constant_norm", "algo/beta=relax", "algo/kl=k2", "reward/winsorize=quantile"],
-        ["rollout/selector=history", "data/difficulty=online", "rollout.oversample=2"],
-        ["rollout/selector=learned", "curriculum=bandit"],
+        ["algo/loss=constant_norm", "algo/beta=relax", "algo/kl=k2", "algo/winsorize=quantile"],
+        ["prompts/selector=history", "prompts/difficulty=online", "rollout.oversample=2"],
+        ["prompts/selector=learned", "prompts/curriculum=bandit"],
     ],
 )
 def test_groups_compose_and_instantiate(tmp_path, overrides):
@@ -38,12 +38,11 @@ def test_groups_compose_and_instantiate(tmp_path, overrides):
         overrides = [*overrides, f"data.source.path={data}"]
     cfg = compose_cfg(tmp_path, overrides)
     rollout_settings(cfg.rollout)
-    selection = cfg.rollout.selector
+    selection = cfg.prompts.selector
     instantiate(selection, prompt_pool=lambda *a, **k: [])
     instantiate(cfg.algo, _convert_="all")
     assert len(instantiate(cfg.reward, _convert_="all").functions) >= 1
-    schedule = instantiate(cfg.curriculum)
-    dm = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps)
+    dm = prompt_datamodule(cfg)
     assert isinstance(dm, PromptDataModule)
     for node in cfg.callbacks.values():
         instantiate(node)
@@ -73,19 +72,21 @@ BAD = [  # (overrides, what the message must say: the key, and the value or the 
     (["algo.max_consecutive_nonfinite=0"], r"algo.max_consecutive_nonfinite must be >= 1, got 0"),
     (["algo.beta.value=-0.1"], r"algo.beta.value"),
     (["algo.template_patterns=['(']"], r"algo.template_patterns\[0\] = '\(' is not a valid regex"),
-    (["reward/winsorize=quantile", "reward.winsorize.lower=0.9", "reward.winsorize.upper=0.1"],
-     r"reward.winsorize needs 0 <= lower < upper <= 1, got lower=0.9, upper=0.1"),
+    (["algo/winsorize=quantile", "algo.winsorize.lower=0.9", "algo.winsorize.upper=0.1"],
+     r"algo.winsorize needs 0 <= lower < upper <= 1, got lower=0.9, upper=0.1"),
     (["reward.functions.0.weight=-1"], r"reward.functions\[0\].weight must be a finite number >= 0, got -1"),
     (["reward.on_error=ignore"], r"reward.on_error must be one of .*got 'ignore'"),
     (["reward.timeout_s=0"], r"reward.timeout_s must be > 0 or null, got 0"),
     (["callbacks.alerts.low_std=-0.1"], r"callbacks.alerts.low_std must be >= 0, got -0.1"),
     (["callbacks.alerts.window=1"], r"callbacks.alerts.window must be >= 2, got 1"),
-    (["curriculum=staged", "curriculum.stages.0.weights.easy=0.5"],
-     r"curriculum.stages\[0\].weights: weights must sum to 1, got 0.5"),
-    (["curriculum=staged", "+curriculum.stages.0.weights.expert=0.0"],
-     r"curriculum.stages\[0\].weights: unknown bucket 'expert'"),
-    (["curriculum=bandit", "curriculum.explore=0"], r"curriculum.explore must be in \(0, 1\] .*got 0"),
-    (["curriculum=bandit", "curriculum.initial.medium=2"], r"curriculum.initial.medium must be in \[0, 1\] .*got 2"),
+    (["prompts/curriculum=staged", "prompts.curriculum.stages.0.weights.easy=0.5"],
+     r"prompts.curriculum.stages\[0\].weights: weights must sum to 1, got 0.5"),
+    (["prompts/curriculum=staged", "+prompts.curriculum.stages.0.weights.expert=0.0"],
+     r"prompts.curriculum.stages\[0\].weights: unknown bucket 'expert'"),
+    (["prompts/curriculum=bandit", "prompts.curriculum.explore=0"],
+     r"prompts.curriculum.explore must be in \(0, 1\] .*got 0"),
+    (["prompts/curriculum=bandit", "prompts.curriculum.initial.medium=2"],
+     r"prompts.curriculum.initial.medium must be in \[0, 1\] .*got 2"),
     (["data.batch_size=0"], r"data.batch_size must be >= 1, got 0"),
     (["model.optimizer.lr=0"], r"model.optimizer.lr must be > 0, got 0"),
     (["model.optimizer.lr=-1e-4"], r"model.optimizer.lr must be > 0, got -0.0001"),

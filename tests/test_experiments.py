@@ -35,7 +35,7 @@ def _settings(tmp_path, name):
 def test_each_experiment_composes_to_its_recipe(tmp_path):
     cfg, algo, rollout = _settings(tmp_path, "dapo")
     assert isinstance(algo.loss, TokenMean) and (algo.clip_eps_low, algo.clip_eps_high) == (0.2, 0.28)
-    assert not algo.needs_reference and algo.overlong_buffer > 0
+    assert not algo.needs_reference and cfg.reward.overlong_buffer > 0
     assert rollout.filter.zero_std and rollout.filter.refill
 
     cfg, algo, rollout = _settings(tmp_path, "dr_grpo")

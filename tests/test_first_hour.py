@@ -61,7 +61,7 @@ def test_off_a_terminal_plain_lines_and_a_summary_from_the_run(tmp_path):
     # no selector and no filter: every step rolls out the same 8 rows, and rollout/flat_rows_frac is
     # written every step (debug=fast: log_every_n_steps=1), so the run's share is those points' mean
     result = run_train(tmp_path, ["debug=fast", *TINY, "trainer.max_steps=6", "rollout.filter.zero_std=false",
-                                  "rollout/selector=none"])
+                                  "prompts/selector=none"])
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     assert "\x1b[2K" not in out  # no terminal control off a terminal

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 
 import grpo_aug.warmup.shipped as shipped
 import grpo_aug.warmup.supervised as warmup
-from grpo_aug.pipeline import check_tools, evaluate, prepare_model
+from grpo_aug.pipeline import check_tools, evaluate, prepare_model, prompt_datamodule
 from grpo_aug.warmup.shipped import MANIFEST, STARTS, WEIGHTS
 from helpers import ROOT, compose_cfg
 
@@ -33,7 +33,7 @@ def test_the_shipped_weights_have_the_documented_hash():
 def _prepare(tmp_path, overrides):
     cfg = compose_cfg(tmp_path, overrides)
     model = instantiate(cfg.model)
-    datamodule = instantiate(cfg.data, schedule=instantiate(cfg.curriculum), total_steps=cfg.trainer.max_steps)
+    datamodule = prompt_datamodule(cfg)
     datamodule.setup("fit")
     return prepare_model(model, datamodule.train_records, cfg.paths.cache_dir, cfg.seed, check_tools(cfg))
 

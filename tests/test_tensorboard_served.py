@@ -35,9 +35,9 @@ CONDITIONAL = {
     "rollout/stale_rows": "rollout.ahead >= 1 only",
     "rollout/stale_rows_total": "rollout.ahead >= 1 only",
 }
-OPTIONS = ["debug=fast", *TINY, "trainer.max_steps=6", "rollout.filter.zero_std=false", "data/difficulty=online",
-           "rollout.oversample=2", "rollout/selector=learned",
-           "rollout.selector.predictor.warmup_groups=2", "callbacks.alerts.window=2",
+OPTIONS = ["debug=fast", *TINY, "trainer.max_steps=6", "rollout.filter.zero_std=false", "prompts/difficulty=online",
+           "rollout.oversample=2", "prompts/selector=learned",
+           "prompts.selector.predictor.warmup_groups=2", "callbacks.alerts.window=2",
            "callbacks.alerts.low_std=0.9", "callbacks.alerts.high_std=5"]
 
 

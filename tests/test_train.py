@@ -63,7 +63,7 @@ def test_fast_run_logs_every_health_metric(tmp_path):
     assert (run / "policy" / "model.safetensors").is_file()
 
 
-ACTING = ["rollout/selector=learned", "rollout.selector.predictor.warmup_groups=2", "data/difficulty=online",
+ACTING = ["prompts/selector=learned", "prompts.selector.predictor.warmup_groups=2", "prompts/difficulty=online",
           "rollout.oversample=2"]
 
 
@@ -147,8 +147,8 @@ def test_resume_from_a_checkpoint_continues_at_the_saved_step(tmp_path):
     assert last["global_step"] == 6
 
 
-MIXED = ["data.mix_buckets=true", "data.without_replacement=true", "data.batch_size=6", "curriculum=staged",
-         "curriculum.stages=[{until:1.0,weights:{easy:0.5,medium:0.25,hard:0.25}}]"]
+MIXED = ["data.mix_buckets=true", "data.without_replacement=true", "data.batch_size=6", "prompts/curriculum=staged",
+         "prompts.curriculum.stages=[{until:1.0,weights:{easy:0.5,medium:0.25,hard:0.25}}]"]
 
 
 def test_mixed_batches_train_log_every_bucket_and_resume(tmp_path):
@@ -176,7 +176,7 @@ def test_mixed_batches_train_log_every_bucket_and_resume(tmp_path):
 def test_several_updates_per_rollout_count_optimizer_steps_and_resume(tmp_path):
     variant = ["algo.num_iterations=2", "algo.minibatches=2", "reward=soft_math", "algo/loss=token_mean",
                "rollout.filter.zero_std=false",
-               "algo/beta=relax", "algo/kl=k2", "algo.clip_eps_high=0.28", "algo.overlong_buffer=2",
+               "algo/beta=relax", "algo/kl=k2", "algo.clip_eps_high=0.28", "reward.overlong_buffer=2",
                "algo.repeat_ngram=2", "trainer.max_steps=8", "trainer.val_check_interval=1"]
     train_here(tmp_path / "a", ["debug=fast", *TINY, *variant])
     scalars = read_scalars(tmp_path / "a" / "run")
@@ -239,7 +239,7 @@ def test_preflight_passes_on_varied_groups_and_fails_when_greedy(tmp_path):
     # (all flat) and the sloppy warm-up leaves 0.44 of the easy groups flat, so check 1 fails,
     # although the run learns (docs/preflight.md). Starting on easy and sampling hotter leaves
     # groups with spread (zero-std share 0.30 when measured, against the 0.5 limit).
-    varied = ["curriculum=adaptive", "rollout.temperatures=[1.5]"]
+    varied = ["prompts/curriculum=adaptive", "rollout.temperatures=[1.5]"]
     ok = run_train(tmp_path / "a", ["mode=preflight", *varied], timeout=1200, cache=tmp_path / "cache")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     assert "preflight passed" in ok.stdout and ok.stdout.count("PASS") == 3, ok.stdout

@@ -125,9 +125,16 @@ def check_tools(cfg: DictConfig):
 
 
 def settings_node(node: DictConfig) -> DictConfig:
-    """The rollout group without its nodes that build objects of their own: the prompt selection
-    (`rollout/selector`, the feed's), the engine, the reflection and the tools."""
-    return OmegaConf.masked_copy(node, [k for k in node if k not in ("selector", "engine", "reflect", "tools")])
+    """The rollout group without its nodes that build objects of their own: the engine, the
+    reflection and the tools."""
+    return OmegaConf.masked_copy(node, [k for k in node if k not in ("engine", "reflect", "tools")])
+
+
+def prompt_datamodule(cfg: DictConfig, total_steps: int | None = None, **kwargs) -> L.LightningDataModule:
+    """The DataModule (`data`) with the prompt stage's curriculum and difficulty tiers (`prompts`)."""
+    return instantiate(cfg.data, schedule=instantiate(cfg.prompts.curriculum),
+                       difficulty=instantiate(cfg.prompts.difficulty),
+                       total_steps=cfg.trainer.max_steps if total_steps is None else total_steps, **kwargs)
 
 
 def rollout_settings(node: DictConfig) -> RolloutSettings:
@@ -151,14 +158,12 @@ def build_parts(cfg: DictConfig) -> tuple[GRPOModule, L.LightningDataModule, lis
     algo = instantiate(cfg.algo, _convert_="all")
     reward = instantiate(cfg.reward, _convert_="all")
     answer = instantiate(cfg.answer, _convert_="all")
-    schedule = instantiate(cfg.curriculum)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     for callback in callbacks:
         if hasattr(callback, "check_rollout"):
             callback.check_rollout(rollout)
-    datamodule = instantiate(cfg.data, schedule=schedule, total_steps=cfg.trainer.max_steps,
-                             updates_per_batch=algo.updates_per_rollout,
-                             **({"ahead": rollout.ahead} if rollout.ahead else {}))
+    datamodule = prompt_datamodule(cfg, updates_per_batch=algo.updates_per_rollout,
+                                   **({"ahead": rollout.ahead} if rollout.ahead else {}))
     datamodule.setup("fit")
 
     began = time.monotonic()

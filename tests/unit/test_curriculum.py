@@ -25,7 +25,7 @@ def one(bucket, reward, informative, predicted=None):
 
 
 def test_staged_schedule_is_easy_heavy_first_then_moves_toward_hard(tmp_path):
-    schedule = instantiate(compose_cfg(tmp_path, ["curriculum=staged"]).curriculum)
+    schedule = instantiate(compose_cfg(tmp_path, ["prompts/curriculum=staged"]).prompts.curriculum)
     total = 250
     early = [schedule.weights(s, total) for s in range(0, 50)]  # the first 20%
     assert all(w["easy"] >= 0.7 for w in early)
@@ -42,7 +42,7 @@ def test_linear_schedule_by_hand():
     mid = s.weights(5, 11)  # halfway over steps 0..10
     assert mid == pytest.approx({"easy": 0.6, "medium": 0.2, "hard": 0.2})
     assert s.weights(10, 11) == pytest.approx({"easy": 0.2, "medium": 0.4, "hard": 0.4})
-    with pytest.raises(ValueError, match="curriculum.end: weights must sum to 1"):
+    with pytest.raises(ValueError, match="prompts.curriculum.end: weights must sum to 1"):
         LinearSchedule(start={"easy": 1.0}, end={"hard": 0.5})
 
 
@@ -71,7 +71,7 @@ def test_adaptive_difficulty_follows_the_reward_with_a_two_step_lag():
 
 
 def test_adaptive_schedule_rejects_bad_values():
-    with pytest.raises(ValueError, match="curriculum.target_success"):
+    with pytest.raises(ValueError, match="prompts.curriculum.target_success"):
         AdaptiveSchedule(target_success=1.5)
 
 
@@ -184,11 +184,11 @@ def test_bandit_resume_yields_exactly_the_uninterrupted_batches():
 
 
 def test_bandit_rejects_bad_values():
-    with pytest.raises(ValueError, match="curriculum.initial: unknown bucket 'easyy'"):
+    with pytest.raises(ValueError, match="prompts.curriculum.initial: unknown bucket 'easyy'"):
         BanditSchedule(initial={"easyy": 0.5})
-    with pytest.raises(ValueError, match="curriculum.explore must be in"):
+    with pytest.raises(ValueError, match="prompts.curriculum.explore must be in"):
         BanditSchedule(initial={"easy": 0.5}, explore=0.0)
-    with pytest.raises(ValueError, match="curriculum.temperature must be > 0"):
+    with pytest.raises(ValueError, match="prompts.curriculum.temperature must be > 0"):
         BanditSchedule(initial={"easy": 0.5}, temperature=0.0)
 
 

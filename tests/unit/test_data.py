@@ -147,13 +147,15 @@ def test_a_bucket_the_schedule_needs_but_lacks_fails_at_setup(tmp_path, caplog):
     schedule = StagedSchedule([{"until": 0.5, "weights": {"easy": 1.0}}, {"until": 1.0, "weights": {"hard": 1.0}}])
     dm = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2,
                           mix_buckets=False)
-    with pytest.raises(ValueError, match=r"curriculum.stages\[1\].weights.hard asks for bucket 'hard', but it has 0"):
+    with pytest.raises(ValueError,
+                       match=r"prompts.curriculum.stages\[1\].weights.hard asks for bucket 'hard', but it has 0"):
         dm.setup("fit")
     # mixed batches (the default) give hard's slots to the nearest bucket with prompts, and say so
     mixed = PromptDataModule(GSM8KSource(str(path)), schedule, total_steps=10, batch_size=4, heldout_per_bucket=2)
     with caplog.at_level(logging.WARNING):
         mixed.setup("fit")
-    assert "curriculum.stages[1].weights.hard may weight bucket 'hard', which has no training prompts" in caplog.text
+    assert ("prompts.curriculum.stages[1].weights.hard may weight bucket 'hard', which has no training prompts"
+            in caplog.text)
     late = list(mixed.make_sampler(0, 0, 1))[5:]  # the hard stage
     assert all(b == "easy" for batch in late for _, b in batch)
 
@@ -211,7 +213,8 @@ def test_schedule_needing_an_empty_bucket_fails_at_setup():
     source = SyntheticArithmetic(size_per_bucket=20, seed=0)
     schedule = StagedSchedule([{"until": 1.0, "weights": {"hard": 1.0}}])
     dm = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10, mix_buckets=False)
-    with pytest.raises(ValueError, match=r"curriculum.stages\[0\].weights.hard asks for bucket 'hard', but it has 10 "):
+    with pytest.raises(ValueError,
+                       match=r"prompts.curriculum.stages\[0\].weights.hard asks for bucket 'hard', but it has 10 "):
         dm.setup("fit")
     # mixed: its 10 hard prompts and 6 of the nearest bucket; 30 in all is still too few for 32
     mixed = PromptDataModule(source, schedule, total_steps=10, batch_size=16, heldout_per_bucket=10)

@@ -6,8 +6,8 @@ difficulty)."""
 from types import SimpleNamespace
 
 import pytest
-from hydra.utils import instantiate
 
+from grpo_aug.pipeline import prompt_datamodule
 from grpo_aug.prompts.batch_sampler import CurriculumBatchSampler
 from grpo_aug.prompts.curriculum import StagedSchedule
 from helpers import compose_cfg
@@ -15,9 +15,8 @@ from helpers import compose_cfg
 
 def _datamodule(tmp_path, ahead, step=0):
     # mixed batches without replacement, the default; a staged schedule needs no rewards observed
-    cfg = compose_cfg(tmp_path, ["data.batch_size=5", "curriculum=staged"])
-    dm = instantiate(cfg.data, schedule=instantiate(cfg.curriculum), total_steps=40, updates_per_batch=1,
-                     **({"ahead": ahead} if ahead else {}))
+    cfg = compose_cfg(tmp_path, ["data.batch_size=5", "prompts/curriculum=staged"])
+    dm = prompt_datamodule(cfg, total_steps=40, updates_per_batch=1, **({"ahead": ahead} if ahead else {}))
     dm.trainer = SimpleNamespace(global_step=step, global_rank=0, world_size=1)
     dm.setup("fit")
     return dm

@@ -5,7 +5,8 @@ import torch
 
 from grpo_aug.algo.advantages import NoScale, group_advantages
 from grpo_aug.algo.beta import ConstantBeta, LinearBeta, RelaxBeta
-from grpo_aug.algo.masks import overlong_penalty, repetition_mask, template_mask, truncation_mask
+from grpo_aug.algo.masks import repetition_mask, template_mask, truncation_mask
+from grpo_aug.rewards.overlong import overlong_penalty
 
 
 def test_truncation_mask_zeroes_rows_without_eos():

@@ -5,18 +5,17 @@ import math
 import pytest
 import torch
 
+from grpo_aug.algo.winsorize import NoWinsorize, Winsorize
 from grpo_aug.data.records import Prompt
 from grpo_aug.rewards import (
     FormatReward,
     MathReward,
-    NoWinsorize,
     RepetitionReward,
     RewardFunction,
     RewardSet,
     ScriptReward,
     SimilarityReward,
     SoftMathReward,
-    Winsorize,
 )
 
 # a GSM8K-style reference: 48/2 = 24 is the intermediate, 48 + 24 = 72 the answer

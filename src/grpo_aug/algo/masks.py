@@ -1,4 +1,4 @@
-"""Which completion tokens carry loss, and the DAPO overlong reward shaping.
+"""Which completion tokens carry loss.
 
 Every mask is [N, T] over the completion part of a rollout, 1 = the token is learned from.
 Padding is already 0 in the rollout's completion mask; the functions here remove more.
@@ -17,18 +17,6 @@ import torch
 def truncation_mask(completion_mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
     """Zero the rows that hit max_new_tokens without EOS: their end was never judged."""
     return completion_mask * (~truncated).to(completion_mask.dtype)[:, None]  # [N, T]
-
-
-def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, penalty: float = 1.0) -> torch.Tensor:
-    """DAPO soft overlong punishment, added to the reward: [N] values in [-penalty, 0].
-
-    0 up to max_len - buffer tokens, then falling linearly to -penalty at max_len.
-    """
-    if buffer <= 0:
-        return torch.zeros_like(lengths, dtype=torch.float32)
-    start = max_len - buffer
-    over = (lengths.float() - start).clamp(min=0.0)  # [N]
-    return -penalty * (over / buffer).clamp(max=1.0)
 
 
 def template_mask(pieces: Sequence[str], patterns: Sequence[re.Pattern]) -> list[int]:

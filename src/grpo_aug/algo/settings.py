@@ -15,6 +15,7 @@ from grpo_aug.algo.loss import PolicyObjective
 from grpo_aug.algo.masks import LossMask
 from grpo_aug.algo.objectives import VESPO, Clipped
 from grpo_aug.algo.ratio import SequenceRatio, TokenRatio
+from grpo_aug.algo.winsorize import NoWinsorize
 from grpo_aug.errors import UsageError
 
 
@@ -34,14 +35,13 @@ class AlgoSettings:
     entropy_coef: float = 0.0  # entropy bonus weight; 0 = off
     adv_clip: float = 10.0
     scale_rewards: Any = field(default_factory=GroupScale)  # algo/scale_rewards: group | batch | none
+    winsorize: Any = field(default_factory=NoWinsorize)  # algo/winsorize: the step's rewards clipped to its quantiles
     num_iterations: int = 1  # mu: optimizer passes over each rollout
     minibatches: int = 1  # optimizer steps per pass, each on a slice of the groups
     max_grad_norm: float | None = 1.0
     length_chunks: int = 4  # when padding is wasteful, rows are grouped by length (attention or whole chunks)
     micro_batch_rows: int | None = None  # rows per forward/backward; gradients accumulate over them; None: all
     mask_truncated: bool = False
-    overlong_buffer: int = 0  # DAPO soft overlong punishment over the last N tokens; 0 = off
-    overlong_penalty: float = 1.0
     template_patterns: tuple[str, ...] = ()  # regexes of scaffolding text that carries no loss
     repeat_ngram: int = 0  # token n-grams repeated more than repeat_max times carry no loss; 0 = off
     repeat_max: int = 3
@@ -90,8 +90,6 @@ class AlgoSettings:
              f"algo.micro_batch_rows must be >= 1 or null, got {self.micro_batch_rows}"),
             (self.max_grad_norm is None or self.max_grad_norm > 0,
              f"algo.max_grad_norm must be > 0 or null, got {self.max_grad_norm}"),
-            (self.overlong_buffer >= 0, f"algo.overlong_buffer must be >= 0, got {self.overlong_buffer}"),
-            (self.overlong_penalty >= 0, f"algo.overlong_penalty must be >= 0, got {self.overlong_penalty}"),
             (self.repeat_ngram >= 0, f"algo.repeat_ngram must be >= 0, got {self.repeat_ngram}"),
             (self.repeat_max >= 1, f"algo.repeat_max must be >= 1, got {self.repeat_max}"),
             (self.max_consecutive_nonfinite >= 1,

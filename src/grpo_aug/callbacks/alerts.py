@@ -126,7 +126,7 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
         fired["low_std"] = f"group reward std {std:.3f} < {t.low_std:g}; likely cause: {low_std_cause(window, t)}"
     if std > t.high_std:
         fired["high_std"] = (f"group reward std {std:.3f} > {t.high_std:g}: outliers dominate; enable "
-                             "reward/winsorize=quantile or lower algo.adv_clip")
+                             "algo/winsorize=quantile or lower algo.adv_clip")
     earlier = [s.kl_mean for s in window[:-1] if s.loss_tokens > 0]  # steps without an update have no KL
     if earlier and last.loss_tokens > 0:
         median = statistics.median(earlier)
@@ -159,7 +159,7 @@ def check(window: Sequence[StepStats], t: Thresholds) -> dict[str, str]:
     if cut > t.max_truncation:
         fired["truncation"] = (f"{cut:.1%} of completions were cut at rollout.max_new_tokens > {t.max_truncation:g}: "
                                "their answers were never written; raise rollout.max_new_tokens, ask for shorter "
-                               "answers (system prompt), or algo.mask_truncated=true / algo.overlong_buffer")
+                               "answers (system prompt), or algo.mask_truncated=true / reward.overlong_buffer")
     looped = statistics.fmean(s.looping for s in window)
     if looped > t.max_looping:
         fired["looping"] = (f"{looped:.1%} of completions repeat a token 4-gram more than 3 times > {t.max_looping:g}: "
@@ -221,7 +221,7 @@ class Alerts(L.Callback):
                    f"held-out accuracy fell more than {self.thresholds.max_heldout_drop:g} below its start: {where}, "
                    f"while the train reward is {recent:.2f}; likely cause: the run learns its training prompts, not "
                    "the task: look at prompts/attempts_mean (rollouts per distinct prompt) and try "
-                   "rollout/selector=none, or a lower lr")
+                   "prompts/selector=none, or a lower lr")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         report: StepReport = outputs["report"]

@@ -68,17 +68,17 @@ class StagedSchedule(_Stateless):
 
     def __init__(self, stages: Sequence[Mapping]) -> None:
         if not stages:
-            raise UsageError("curriculum.stages is empty")
+            raise UsageError("prompts.curriculum.stages is empty")
         self.stages = []
         last = 0.0
         for i, stage in enumerate(stages):
             until = float(stage["until"])
             if not last < until <= 1.0:
-                raise UsageError(f"curriculum.stages[{i}].until must increase within (0, 1], got {until}")
+                raise UsageError(f"prompts.curriculum.stages[{i}].until must increase within (0, 1], got {until}")
             last = until
-            self.stages.append((until, _check_weights(stage["weights"], f"curriculum.stages[{i}].weights")))
+            self.stages.append((until, _check_weights(stage["weights"], f"prompts.curriculum.stages[{i}].weights")))
         if last != 1.0:
-            raise UsageError(f"curriculum.stages[-1].until must be 1.0, got {last}")
+            raise UsageError(f"prompts.curriculum.stages[-1].until must be 1.0, got {last}")
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         progress = step / max(total_steps, 1)
@@ -93,22 +93,22 @@ class StagedSchedule(_Stateless):
         for i, (_, weights) in enumerate(self.stages):
             for b, w in weights.items():
                 if w > 0:
-                    used.setdefault(b, f"curriculum.stages[{i}].weights.{b}")
+                    used.setdefault(b, f"prompts.curriculum.stages[{i}].weights.{b}")
         return used
 
 
 class LinearSchedule(_Stateless):
     def __init__(self, start: Mapping[str, float], end: Mapping[str, float]) -> None:
-        self.start = _check_weights(start, "curriculum.start")
-        self.end = _check_weights(end, "curriculum.end")
+        self.start = _check_weights(start, "prompts.curriculum.start")
+        self.end = _check_weights(end, "prompts.curriculum.end")
 
     def weights(self, step: int, total_steps: int) -> dict[str, float]:
         frac = min(max(step / max(total_steps - 1, 1), 0.0), 1.0)
         return {b: (1 - frac) * self.start[b] + frac * self.end[b] for b in BUCKETS}
 
     def buckets_used(self) -> dict[str, str]:
-        used = {b: f"curriculum.end.{b}" for b in BUCKETS if self.end[b] > 0}
-        used.update({b: f"curriculum.start.{b}" for b in BUCKETS if self.start[b] > 0})
+        used = {b: f"prompts.curriculum.end.{b}" for b in BUCKETS if self.end[b] > 0}
+        used.update({b: f"prompts.curriculum.start.{b}" for b in BUCKETS if self.start[b] > 0})
         return used
 
 
@@ -171,12 +171,12 @@ class AdaptiveSchedule(_Lagged):
     def __init__(self, target_success: float = 0.5, step_size: float = 0.05, sharpness: float = 5.0,
                  initial: float = 0.0) -> None:
         if not 0 < target_success < 1:
-            raise UsageError(f"curriculum.target_success must be in (0, 1), got {target_success}")
+            raise UsageError(f"prompts.curriculum.target_success must be in (0, 1), got {target_success}")
         if step_size <= 0 or sharpness <= 0:
-            raise UsageError(f"curriculum.step_size and curriculum.sharpness must be > 0, got {step_size}, "
-                             f"{sharpness}")
+            raise UsageError(f"prompts.curriculum.step_size and prompts.curriculum.sharpness must be > 0, got "
+                             f"{step_size}, {sharpness}")
         if not 0 <= initial <= len(BUCKETS) - 1:
-            raise UsageError(f"curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
+            raise UsageError(f"prompts.curriculum.initial must be in [0, {len(BUCKETS) - 1}], got {initial}")
         super().__init__(float(initial))
         self.target_success, self.step_size, self.sharpness = target_success, step_size, sharpness
 
@@ -209,15 +209,16 @@ class BanditSchedule(_Lagged):
                  explore: float = 0.06, predicted: bool = False) -> None:
         for name, v in initial.items():
             if name not in BUCKETS:
-                raise UsageError(f"curriculum.initial: unknown bucket {name!r}, expected one of {list(BUCKETS)}")
+                raise UsageError(f"prompts.curriculum.initial: unknown bucket {name!r}, expected one of "
+                                 f"{list(BUCKETS)}")
             if not 0 <= v <= 1:
-                raise UsageError(f"curriculum.initial.{name} must be in [0, 1] (a share of groups), got {v}")
+                raise UsageError(f"prompts.curriculum.initial.{name} must be in [0, 1] (a share of groups), got {v}")
         if temperature <= 0:
-            raise UsageError(f"curriculum.temperature must be > 0, got {temperature}")
+            raise UsageError(f"prompts.curriculum.temperature must be > 0, got {temperature}")
         if not 0 < rate <= 1:
-            raise UsageError(f"curriculum.rate must be in (0, 1], got {rate}")
+            raise UsageError(f"prompts.curriculum.rate must be in (0, 1], got {rate}")
         if not 0 < explore <= 1:
-            raise UsageError(f"curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
+            raise UsageError(f"prompts.curriculum.explore must be in (0, 1] (0 would never re-probe a bucket), "
                              f"got {explore}")
         super().__init__({b: float(initial.get(b, 0.0)) for b in BUCKETS})
         self.temperature, self.rate, self.explore = float(temperature), float(rate), float(explore)

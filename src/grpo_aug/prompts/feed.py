@@ -64,7 +64,7 @@ def seen_by_bucket(totals: torch.Tensor) -> dict[str, BucketStep]:
 
 class PromptFeed:
     def __init__(self, selection: PromptSelection | None = None, schedule=None, total_steps: int = 0) -> None:
-        """selection: rollout/selector (history, predictor, spares); schedule: the curriculum the
+        """selection: prompts/selector (history, predictor, spares); schedule: the curriculum the
         DataModule draws its batches from, which learns from each step here (adaptive, bandit)."""
         self.selection = selection or PromptSelection()
         self.schedule = schedule

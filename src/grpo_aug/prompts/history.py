@@ -7,7 +7,7 @@ smoothed pass rate, the flat streak and the step it was last seen. Outcomes are 
 every rank and applied in rank order, so every rank holds the same history; it is saved in
 checkpoints with the DataModule's state.
 
-Online difficulty (`data/difficulty=online`): after each outcome a prompt may move to the bucket
+Online difficulty (`prompts/difficulty=online`): after each outcome a prompt may move to the bucket
 its smoothed pass rate says it is in *now* (easy at or above `easy_at`, hard at or below
 `hard_at`, medium between), with hysteresis: it leaves a bucket only once it is `margin` past that
 bucket's threshold. A move observed at sampler step j applies to the batches of step j + LAG on:
@@ -61,12 +61,12 @@ class OnlineDifficulty:
 
     def __init__(self, easy_at: float = 0.8, hard_at: float = 0.1, margin: float = 0.1, min_attempts: int = 1) -> None:
         if not 0 <= hard_at < easy_at <= 1:
-            raise UsageError(f"data.difficulty needs 0 <= hard_at < easy_at <= 1, got hard_at={hard_at}, "
+            raise UsageError(f"prompts.difficulty needs 0 <= hard_at < easy_at <= 1, got hard_at={hard_at}, "
                              f"easy_at={easy_at}")
         if not 0 <= margin < easy_at - hard_at:
-            raise UsageError(f"data.difficulty.margin must be in [0, easy_at - hard_at), got {margin}")
+            raise UsageError(f"prompts.difficulty.margin must be in [0, easy_at - hard_at), got {margin}")
         if min_attempts < 1:
-            raise UsageError(f"data.difficulty.min_attempts must be >= 1, got {min_attempts}")
+            raise UsageError(f"prompts.difficulty.min_attempts must be >= 1, got {min_attempts}")
         self.easy_at, self.hard_at, self.margin, self.min_attempts = easy_at, hard_at, margin, min_attempts
 
     def bucket_after(self, current: str, record: PromptRecord) -> str:

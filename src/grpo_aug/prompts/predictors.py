@@ -1,4 +1,4 @@
-"""Prompt selectors (`rollout/selector=none|history|learned`): the chance a prompt's group comes out flat.
+"""Prompt selectors (`prompts/selector=none|history|learned`): the chance a prompt's group comes out flat.
 
 A flat group (every counted row gets the same reward) has zero advantage everywhere: its rollout
 is compute spent on nothing. Before a rollout, the selection step (prompts/selection.py) asks the
@@ -30,7 +30,7 @@ from grpo_aug.prompts.history import PromptRecord
 class _Predictor:
     def __init__(self, explore: float = 0.1) -> None:
         if not 0 < explore <= 1:
-            raise UsageError(f"rollout.selector.predictor.explore must be in (0, 1], got {explore}")
+            raise UsageError(f"prompts.selector.predictor.explore must be in (0, 1], got {explore}")
         self.explore = explore
 
     @property
@@ -86,7 +86,7 @@ class HistoryPredictor(_Predictor):
     def __init__(self, decay: float = 0.5, explore: float = 0.1) -> None:
         super().__init__(explore)
         if not 0 <= decay < 1:
-            raise UsageError(f"rollout.selector.predictor.decay must be in [0, 1), got {decay}")
+            raise UsageError(f"prompts.selector.predictor.decay must be in [0, 1), got {decay}")
         self.decay = decay
 
     def flat_probability(self, length, bucket, record, step, reference=None) -> float:
@@ -129,7 +129,7 @@ class LearnedPredictor(_Predictor):
                  likelihood: bool = True) -> None:
         super().__init__(explore)
         if lr <= 0 or l2 < 0 or warmup_groups < 0:
-            raise UsageError(f"rollout.selector.predictor needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
+            raise UsageError(f"prompts.selector.predictor needs lr > 0, l2 >= 0, warmup_groups >= 0; got {lr}, {l2}, "
                              f"{warmup_groups}")
         self.lr, self.l2, self.warmup_groups = lr, l2, warmup_groups
         self._likelihood = likelihood

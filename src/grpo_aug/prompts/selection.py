@@ -64,12 +64,12 @@ class PromptSelection:
     def __init__(self, predictor=None, history: PromptHistory | None = None, prompt_pool: PromptPool | None = None,
                  seed: int = 0, audit: float = 0.1, max_rounds: int = 2, answer: AnswerFormat | None = None) -> None:
         if not 0 <= audit < 1:
-            raise UsageError(f"rollout.selector.audit must be in [0, 1), got {audit}")
+            raise UsageError(f"prompts.selector.audit must be in [0, 1), got {audit}")
         if max_rounds < 0:
-            raise UsageError(f"rollout.selector.max_rounds must be >= 0, got {max_rounds}")
+            raise UsageError(f"prompts.selector.max_rounds must be >= 0, got {max_rounds}")
         self.predictor = predictor or NoPredictor()
         if self.predictor.active and prompt_pool is None:
-            raise UsageError("rollout.selector needs a prompt pool to replace skipped prompts")
+            raise UsageError("prompts.selector needs a prompt pool to replace skipped prompts")
         self.history = history or PromptHistory()
         self.pool = prompt_pool
         # spares drawn per batch slot: the replacement rounds here, the ranked pool in RankedSelection
@@ -90,7 +90,7 @@ class PromptSelection:
         references: dict[str, float] = {}
         if self.predictor.likelihood:
             if score is None:
-                raise UsageError("rollout.selector.predictor.likelihood needs the policy to score references")
+                raise UsageError("prompts.selector.predictor.likelihood needs the policy to score references")
             references = dict(zip((p.id for p in [*batch, *spares]), score([*batch, *spares]), strict=True))
         flat_predicted = None
         if self.predictor.calibrated:  # before _choose: learning happens after the rollout, not here
@@ -240,10 +240,10 @@ class RankedSelection(PromptSelection):
                  seed: int = 0, audit: float = 0.05, spares: int = 4, answer: AnswerFormat | None = None,
                  max_flat: float = 0.5) -> None:
         if spares < 0:
-            raise UsageError(f"rollout.selector.spares must be >= 0, got {spares}")
+            raise UsageError(f"prompts.selector.spares must be >= 0, got {spares}")
         super().__init__(predictor, history, prompt_pool, seed, audit, spares, answer)
         if not 0 < max_flat <= 1:
-            raise UsageError(f"rollout.selector.max_flat must be in (0, 1], got {max_flat}")
+            raise UsageError(f"prompts.selector.max_flat must be in (0, 1], got {max_flat}")
         self.max_flat = max_flat
 
     def _choose(self, batch: list[Prompt], spares: list[Prompt], step: int, references: dict[str, float]):

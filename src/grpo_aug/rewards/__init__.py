@@ -8,10 +8,8 @@ from grpo_aug.rewards.model import ModelReward
 from grpo_aug.rewards.soft_math import SoftMathReward
 from grpo_aug.rewards.text import FormatReward, RepetitionReward, ScriptReward, SimilarityReward, ThinkAnswerFormat
 from grpo_aug.rewards.trl import TRLReward
-from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 
 __all__ = [
-    "AnswerFormat", "FormatReward", "MathReward", "ModelReward", "NoWinsorize", "RepetitionReward", "RewardFunction",
+    "AnswerFormat", "FormatReward", "MathReward", "ModelReward", "RepetitionReward", "RewardFunction",
     "RewardSet", "Scores", "ScriptReward", "SimilarityReward", "SoftMathReward", "TRLReward", "ThinkAnswerFormat",
-    "Winsorize",
 ]

@@ -22,8 +22,8 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
+from grpo_aug.rewards.overlong import overlong_penalty
 from grpo_aug.rewards.trl import TrainerState
-from grpo_aug.rewards.winsorize import NoWinsorize, Winsorize
 from grpo_aug.rewards.worker import TimedCalls
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Scores(NamedTuple):
 
 class RewardSet:
     def __init__(self, functions: Sequence[RewardFunction], on_error: str = "raise",
-                 winsorize: Winsorize | NoWinsorize | None = None, timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, overlong_buffer: int = 0, overlong_penalty: float = 1.0) -> None:
         if not functions:
             raise UsageError("reward.functions is empty: at least one reward function is needed")
         if on_error not in ON_ERROR:
@@ -94,13 +94,20 @@ class RewardSet:
             names.add(rf.name)
         self.functions = list(functions)
         self.on_error = on_error
-        self.winsorize = winsorize or NoWinsorize()
+        if overlong_buffer < 0 or overlong_penalty < 0:
+            raise UsageError(f"reward.overlong_buffer and reward.overlong_penalty must be >= 0, got "
+                             f"{overlong_buffer} and {overlong_penalty}")
+        self.overlong_buffer, self.overlong_penalty = int(overlong_buffer), float(overlong_penalty)
         self.timed = None if timeout_s is None else TimedCalls([rf.fn for rf in self.functions], timeout_s)
 
     @property
     def batched(self) -> bool:
         """Does a function take the whole batch (and so the completions' token ids)?"""
         return any(rf.batched for rf in self.functions)
+
+    def length_shaping(self, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+        """[N] the overlong term of each row's reward, from its completion length [N] (0: off)."""
+        return overlong_penalty(lengths, max_len, self.overlong_buffer, self.overlong_penalty)
 
     def score(self, prompts: Sequence[Prompt], completions: Sequence[Sequence[str]],
               completion_ids: Sequence[Sequence[int]] | None = None, state: TrainerState | None = None,

@@ -15,7 +15,6 @@ from collections.abc import Callable
 import torch
 
 from grpo_aug.algo.group_stats import group_stats
-from grpo_aug.algo.masks import overlong_penalty
 from grpo_aug.data.bucket_shares import draw_like
 from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
@@ -80,7 +79,7 @@ class GroupRollout:
     def __init__(self, settings: RolloutSettings | None = None, reward: RewardSet | None = None,
                  engine: Engine | None = None,
                  reflect: Reflection | ReferencePrefix | NoReflection | None = None,
-                 overlong_buffer: int = 0, overlong_penalty: float = 1.0, prompt_format=None,
+                 prompt_format=None,
                  prompt_pool: PromptPool | None = None, seed: int = 0, tools=None) -> None:
         """prompt_format: record text -> model input text (data/prompt_format), bound to the
         tokenizer in `bind`; prompt_pool: fresh prompts for the refill (the DataModule's
@@ -99,7 +98,6 @@ class GroupRollout:
         if self.tools.active:  # evaluation, pass rates and preflight sample through it too
             self.engine = MultiTurnEngine(self.engine, self.tools)
         self.reflect = reflect or NoReflection()
-        self.overlong_buffer, self.overlong_penalty = overlong_buffer, overlong_penalty
         self.prompt_format = prompt_format or PlainPrompt()
         self.prompt_pool = prompt_pool
         self.seed = seed
@@ -181,7 +179,7 @@ class GroupRollout:
         if ro.env_rewards is not None:  # an environment's own reward: one more part of the total
             scores = scores.with_part("environment", ro.env_rewards, counts, self.tools.reward_weight)
         lengths = own.sum(dim=1)  # [n*R]
-        shaping = overlong_penalty(lengths, s.max_new_tokens, self.overlong_buffer, self.overlong_penalty)  # [n*R]
+        shaping = self.reward.length_shaping(lengths, s.max_new_tokens)  # [n*R]
         present = torch.tensor([[g < c for g in range(R)] for c in counts], device=device)  # [n, R]
         shaped = torch.zeros(n, R, device=device).masked_scatter(present, shaping.to(device).float())  # [n, R]
         rewards = widen(scores.total, R, 0.0).to(device) + shaped  # [n, R]

@@ -24,7 +24,6 @@ from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.engines.rows import select_rows
 from grpo_aug.errors import UsageError
 from grpo_aug.lean.decode import sharded
-from grpo_aug.rewards.winsorize import NoWinsorize
 from grpo_aug.step_types import PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update import chunk_loss as chunk_loss_lib
 from grpo_aug.update.lockstep import lockstep, stand_in
@@ -51,9 +50,9 @@ class OptimizerHandle(NamedTuple):
 
 
 class PolicyUpdate:
-    def __init__(self, algo: AlgoSettings | None = None, winsorize: Any = None) -> None:
+    def __init__(self, algo: AlgoSettings | None = None) -> None:
         self.algo = algo or AlgoSettings()
-        self.winsorize = winsorize or NoWinsorize()  # reward.winsorize: the step's rewards clipped before advantages
+        self.winsorize = self.algo.winsorize  # the step's rewards clipped before advantages
         self.objective = self.algo.objective
         self.loss_mask = self.algo.loss_mask
         self.scorer = Scorer(self.algo.length_chunks, micro_batch_rows=self.algo.micro_batch_rows)

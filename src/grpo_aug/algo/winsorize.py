@@ -1,7 +1,7 @@
 """Clip a step's rewards to its own lower/upper quantiles before group normalisation.
 
 One outlier reward (a similarity of 0.99 among 0.1s, a huge length bonus) would otherwise
-dominate its group's std and shrink every other advantage. Off by default (`reward/winsorize=none`):
+dominate its group's std and shrink every other advantage. Off by default (`algo/winsorize=none`):
 with binary rewards a rare correct answer sits above the 0.99 quantile and would be clipped to 0.
 """
 
@@ -18,12 +18,12 @@ class NoWinsorize:
 
 
 class Winsorize:
-    """`reward/winsorize=quantile`."""
+    """`algo/winsorize=quantile`."""
 
     def __init__(self, lower: float = 0.01, upper: float = 0.99) -> None:
         if not 0.0 <= lower < upper <= 1.0:
             raise UsageError(
-                f"reward.winsorize needs 0 <= lower < upper <= 1, got lower={lower}, upper={upper}"
+                f"algo.winsorize needs 0 <= lower < upper <= 1, got lower={lower}, upper={upper}"
             )
         self.lower = float(lower)
         self.upper = float(upper)
