@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -22,6 +23,7 @@ from grpo_aug.engines import Engine
 from grpo_aug.engines.hf import HFEngine
 from grpo_aug.engines.rows import concat_rollouts, select_rows, spread_rows
 from grpo_aug.engines.turns import MultiTurnEngine
+from grpo_aug.engines.types import Rollout
 from grpo_aug.errors import UsageError
 from grpo_aug.rewards import RewardSet
 from grpo_aug.rewards.trl import TrainerState
@@ -69,6 +71,19 @@ def merge_rounds(rounds: list[SampledGroups], pad_id: int) -> SampledGroups:
         reflected=None if rounds[0].reflected is None else torch.cat([r.reflected for r in rounds]),
         present=None if all(r.present is None for r in rounds) else torch.cat([r.rows_present for r in rounds]),
     )
+
+
+class ScoredRows(NamedTuple):
+    """A round's scores, R slots per prompt (before any down-sampling to G)."""
+
+    rewards: torch.Tensor  # [n, R] total reward, overlong term included; 0 in an absent slot
+    parts: dict[str, torch.Tensor]  # name -> [n, R] each function's score, NaN where unscored
+    distinct: torch.Tensor  # [n, R] bool, not a near-copy
+    kept: torch.Tensor  # [n, R] bool, scored and not skipped after an error
+    scored: torch.Tensor  # [n, R] bool, every function gave a score
+    present: torch.Tensor  # [n, R] bool, a row fills the slot
+    errors: dict[str, int]
+    timeouts: dict[str, int]
 
 
 class GroupRollout:
@@ -150,7 +165,34 @@ class GroupRollout:
         R = max(s.rows_per_prompt, G)  # G, or k x G before down-sampling
         counts = [s.rows_per_prompt] * n if rows is None else list(rows)
         device = next(policy.parameters()).device
-        temperatures = s.row_temperatures(n, counts)  # [sum counts] row g at temperature slot g
+        ro, reflected, tokens = self._roll_out(policy, prompts, counts, R, generator)
+        scored = self._score(prompts, counts, ro, R, state, device)
+        short = any(c != R for c in counts)  # groups of different sizes, laid out R slots each
+        if short:
+            ro, _ = spread_rows(ro, counts, R)
+        std_gain = torch.zeros(n, dtype=torch.float64, device=device)
+        if R > G:
+            ro, reflected, scored, std_gain = self._down_sample(ro, reflected, scored, G)
+        rewards, parts, distinct, kept, present = (scored.rewards, scored.parts, scored.distinct, scored.kept,
+                                                   scored.present)
+        # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
+        # the loss and the group statistics
+        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
+        reflected = reflected.view(n, G).to(device) if self.reflect.active else None  # [n, G]
+        informative = informative_groups(rewards, valid)  # [n]
+        return SampledGroups(prompts, ro, rewards, parts, scored.errors, scored.timeouts, distinct, scored.scored,
+                             valid, informative, informative if s.filter.zero_std else torch.ones_like(informative),
+                             std_gain, tokens, external=self.engine.external,
+                             hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
+                             reflected=reflected, present=present if short else None)
+
+    def _roll_out(self, policy: torch.nn.Module, prompts: list[Prompt], counts: list[int], R: int,
+                  generator: torch.Generator | None) -> tuple[Rollout, torch.Tensor, int]:
+        """counts[b] rows of prompt b, row g at temperature (and hint) slot g, in the data's prompt
+        format; all-wrong groups re-sampled where rollout/reflect says so. Returns the rollout, which
+        rows were re-sampled [sum counts] and the tokens the policy wrote."""
+        s = self.settings
+        temperatures = s.row_temperatures(len(prompts), counts)  # [sum counts] row g at temperature slot g
         # hints go into the user message, then the template
         texts = self.prompt_format(s.row_prompts(prompts, counts),
                                    [p.context for p, c in zip(prompts, counts, strict=True) for _ in range(c)])
@@ -166,8 +208,14 @@ class GroupRollout:
                                             generator=generator, options=s.options)
             ro, reflected = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
         # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
-        own = ro.written  # [n*R, T]
-        tokens += int(own[reflected.to(own.device)].sum())
+        tokens += int(ro.written[reflected.to(ro.written.device)].sum())
+        return ro, reflected, tokens
+
+    def _score(self, prompts: list[Prompt], counts: list[int], ro: Rollout, R: int, state: TrainerState | None,
+               device: torch.device) -> ScoredRows:
+        """Each row's reward (the overlong term included), parts, near-copy and scorable flags, laid
+        out R slots per prompt."""
+        n, s = len(prompts), self.settings
         starts = [sum(counts[:b]) for b in range(n + 1)]
         completions = [ro.texts[starts[b] : starts[b + 1]] for b in range(n)]
         ids = chats = None
@@ -178,37 +226,32 @@ class GroupRollout:
         scores = self.reward.score(prompts, completions, ids, state, chats)  # [n, R]
         if ro.env_rewards is not None:  # an environment's own reward: one more part of the total
             scores = scores.with_part("environment", ro.env_rewards, counts, self.tools.reward_weight)
-        lengths = own.sum(dim=1)  # [n*R]
+        lengths = ro.written.sum(dim=1)  # [n*R] the policy's own tokens
         shaping = self.reward.length_shaping(lengths, s.max_new_tokens)  # [n*R]
         present = torch.tensor([[g < c for g in range(R)] for c in counts], device=device)  # [n, R]
         shaped = torch.zeros(n, R, device=device).masked_scatter(present, shaping.to(device).float())  # [n, R]
-        rewards = widen(scores.total, R, 0.0).to(device) + shaped  # [n, R]
-        distinct = widen(s.dedup(completions), R, False).to(device)  # [n, R]
-        kept, scored = widen(scores.kept, R, False).to(device), widen(scores.scored, R, False).to(device)
-        parts = {k: widen(v, R, math.nan) for k, v in scores.parts.items()}
-        short = any(c != R for c in counts)  # groups of different sizes, laid out R slots each
-        if short:
-            ro, _ = spread_rows(ro, counts, R)
-        std_gain = torch.zeros(n, dtype=torch.float64, device=device)
-        if R > G:
-            counted = kept & distinct  # [n, R]
-            before = group_stats(rewards[:, :G], counted[:, :G]).std  # [n] what G rows alone would have had
-            keep = max_variance_subset(rewards, counted, distinct, G)  # [n, G] row indices within each group
-            ro = select_rows(ro, (keep + torch.arange(n, device=device)[:, None] * R).reshape(-1))  # [n*G] rows
-            rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rewards, distinct, kept, scored))
-            reflected = reflected.view(n, R).gather(1, keep.cpu()).reshape(-1)
-            parts = {k: v.gather(1, keep.cpu()) for k, v in parts.items()}
-            std_gain = group_stats(rewards, kept & distinct).std - before
-        # near-copies, unscorable or filtered rows, and groups with too few distinct rows leave
-        # the loss and the group statistics
-        valid = distinct & s.dedup.groups_kept(distinct)[:, None] & kept  # [n, G]
-        reflected = reflected.view(n, G).to(device) if self.reflect.active else None  # [n, G]
-        informative = informative_groups(rewards, valid)  # [n]
-        return SampledGroups(prompts, ro, rewards, parts, scores.errors, scores.timeouts, distinct, scored, valid,
-                             informative, informative if s.filter.zero_std else torch.ones_like(informative),
-                             std_gain, tokens, external=self.engine.external,
-                             hinted=reflected if self.reflect.active and self.reflect.off_policy else None,
-                             reflected=reflected, present=present if short else None)
+        return ScoredRows(
+            rewards=widen(scores.total, R, 0.0).to(device) + shaped,  # [n, R]
+            parts={k: widen(v, R, math.nan) for k, v in scores.parts.items()},
+            distinct=widen(s.dedup(completions), R, False).to(device),  # [n, R]
+            kept=widen(scores.kept, R, False).to(device), scored=widen(scores.scored, R, False).to(device),
+            present=present, errors=scores.errors, timeouts=scores.timeouts)
+
+    @staticmethod
+    def _down_sample(ro: Rollout, reflected: torch.Tensor, rows: ScoredRows, G: int
+                     ) -> tuple[Rollout, torch.Tensor, ScoredRows, torch.Tensor]:
+        """rollout.oversample: each prompt's G of R rows whose rewards vary most; the std they gain [n]."""
+        n, R = rows.rewards.shape
+        counted = rows.kept & rows.distinct  # [n, R]
+        before = group_stats(rows.rewards[:, :G], counted[:, :G]).std  # [n] what G rows alone would have had
+        keep = max_variance_subset(rows.rewards, counted, rows.distinct, G)  # [n, G] row indices within each group
+        ro = select_rows(ro, (keep + torch.arange(n, device=keep.device)[:, None] * R).reshape(-1))  # [n*G] rows
+        rewards, distinct, kept, scored = (t.gather(1, keep) for t in (rows.rewards, rows.distinct, rows.kept,
+                                                                      rows.scored))
+        reflected = reflected.view(n, R).gather(1, keep.cpu()).reshape(-1)
+        parts = {k: v.gather(1, keep.cpu()) for k, v in rows.parts.items()}
+        rows = rows._replace(rewards=rewards, parts=parts, distinct=distinct, kept=kept, scored=scored)
+        return ro, reflected, rows, group_stats(rewards, kept & distinct).std - before
 
     def sample(self, policy: torch.nn.Module, batch: list[Prompt], step: int,
                generator: torch.Generator | None = None, state: TrainerState | None = None,
