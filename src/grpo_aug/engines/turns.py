@@ -79,7 +79,6 @@ class MultiTurnEngine:
         round_options = dataclasses.replace(k, stop=tuple(dict.fromkeys(k.stop + tools.stop)), include_stop=True)
         cap = tools.max_transcript_tokens
         bound = min(max_new_tokens, cap)  # the decode loop's bound: the same on every rank
-        calls_cap = tools.runner.limits.max_calls_per_row
         prompts = tokenizer(list(texts), add_special_tokens=False).input_ids
         rows = [Transcript() for _ in prompts]
         session = tools.session(records, len(rows))
@@ -105,27 +104,7 @@ class MultiTurnEngine:
             ro = self.engine.generate(policy, tokenizer, [prompts[r] + rows[r].ids for r in open_rows],
                                       temperatures[open_rows], top_p, bound, generator=generator,
                                       all_done=all_done, options=round_options, limits=torch.tensor(budget))
-            mask = ro.completion_mask.bool().cpu()  # [A, T]
-            new_ids = ro.input_ids[:, ro.prompt_len :].cpu()  # [A, T]
-            callers, segments = [], []
-            for i, r in enumerate(open_rows):
-                row = rows[r]
-                ids = new_ids[i][mask[i]].tolist()
-                lps = [0.0] * len(ids) if ro.sample_logprobs is None else ro.sample_logprobs[i].cpu()[mask[i]].tolist()
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                row.add(ids, lps, "policy", text)
-                row.turns += 1
-                if bool(ro.truncated[i]):
-                    continue  # its budget ran out
-                if ids and ids[-1] == tokenizer.eos_token_id:
-                    row.finished = True
-                elif cut_at_stop(text, k.stop, k.include_stop)[1]:
-                    row.finished = row.stopped = True
-                elif row.calls >= calls_cap or row.turns > 2 * calls_cap:
-                    continue  # one call too many: the row ends here, truncated
-                else:
-                    callers.append(r)
-                    segments.append(text)
+            callers, segments = self._append_segments(ro, [rows[r] for r in open_rows], open_rows, tokenizer, k)
             requests = session.requests(callers, segments)
             asked = [(r, fn) for r, fn in zip(callers, requests, strict=True) if fn is not None]
             for (r, _), outcome in zip(asked, tools.runner.run([fn for _, fn in asked]), strict=True):
@@ -135,6 +114,34 @@ class MultiTurnEngine:
             open_rows = [r for r in callers if not rows[r].closed
                          and min(own[r] - rows[r].policy_tokens, cap - len(rows[r].ids)) > 0]
         return assemble(prompts, rows, temperatures, tokenizer, k, ro_device(policy), session.rewards())
+
+    def _append_segments(self, ro: Rollout, open_transcripts: list[Transcript], open_rows: list[int], tokenizer,
+                         k: SamplingOptions) -> tuple[list[int], list[str]]:
+        """Each open row's new segment joins its transcript; a row that ended (EOS, a stop string,
+        its budget, one call too many) is marked. Returns the rows that asked for a call and their
+        segments' text."""
+        mask = ro.completion_mask.bool().cpu()  # [A, T]
+        new_ids = ro.input_ids[:, ro.prompt_len :].cpu()  # [A, T]
+        calls_cap = self.tools.runner.limits.max_calls_per_row
+        callers, segments = [], []
+        for i, (r, row) in enumerate(zip(open_rows, open_transcripts, strict=True)):
+            ids = new_ids[i][mask[i]].tolist()
+            lps = [0.0] * len(ids) if ro.sample_logprobs is None else ro.sample_logprobs[i].cpu()[mask[i]].tolist()
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            row.add(ids, lps, "policy", text)
+            row.turns += 1
+            if bool(ro.truncated[i]):
+                continue  # its budget ran out
+            if ids and ids[-1] == tokenizer.eos_token_id:
+                row.finished = True
+            elif cut_at_stop(text, k.stop, k.include_stop)[1]:
+                row.finished = row.stopped = True
+            elif row.calls >= calls_cap or row.turns > 2 * calls_cap:
+                continue  # one call too many: the row ends here, truncated
+            else:
+                callers.append(r)
+                segments.append(text)
+        return callers, segments
 
     @staticmethod
     def _splice(row: Transcript, session, r: int, outcome, tokenizer, cap: int, opening: bool = False) -> None:
