@@ -2,7 +2,7 @@
 
     python benchmarks/decode_step.py
 
-For a batch of A rows, one lean decode step (`grpo_aug.lean.decode.LeanDecoder.step`) is timed
+For a batch of A rows, one lean decode step (`grpo_aug.fast_llama.decode.LeanDecoder.step`) is timed
 against the matmuls it cannot avoid: each layer's q/k/v, output, gate/up and down projections at
 A rows, run layer after layer as decoding does, so every weight is read back from memory once per
 token. `weight_gb_per_s` is the weight bytes those matmuls read per second. With few rows a step
@@ -29,7 +29,7 @@ PROMPT, TOKENS_BEFORE = 6, 20  # a step after 20 generated tokens, as in the mid
 def main() -> None:
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from grpo_aug.lean.decode import LeanDecoder
+    from grpo_aug.fast_llama.decode import LeanDecoder
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:

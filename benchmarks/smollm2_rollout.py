@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_step import prompts, smollm2_dir  # noqa: E402
 
-import grpo_aug.lean.decode as lean_decode  # noqa: E402
+import grpo_aug.fast_llama.decode as lean_decode  # noqa: E402
 from grpo_aug.engines.sampling import generate  # noqa: E402
 from grpo_aug.host_memory import keep_freed_memory  # noqa: E402
 

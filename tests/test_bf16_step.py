@@ -13,7 +13,7 @@ import functools
 import torch
 
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.update.chunk_loss import chunk_loss
 from helpers import DEVICE, make_module, prepared

@@ -113,6 +113,7 @@ def test_each_stage_reads_only_its_own_groups():
     ("reward.winsorize.lower=0.05", "algo.winsorize.lower=0.05"),
     ("algo.overlong_buffer=8", "reward.overlong_buffer=8"),
     ("~algo.overlong_penalty", "~reward.overlong_penalty"),
+    ("algo.lean=false", "algo.fast_llama=false"),
 ])
 def test_old_override_names_are_rewritten(old, new):
     out, notices = rewrite([old])

@@ -38,7 +38,7 @@ def _steps(model, ids, attn, adv, reduce_norm):
     own scoring, loss, gradient norm and clipping; returns [(loss, grad norm)] per step."""
     from grpo_aug.algo import policy_loss
     from grpo_aug.algo.optim import clip_gradients_, gradient_norm
-    from grpo_aug.lean.logprobs import token_logprobs
+    from grpo_aug.fast_llama.logprobs import token_logprobs
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     out = []

@@ -18,7 +18,7 @@ LAYERS = [
      "grpo_aug.distributed", "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary", "grpo_aug.dtypes",
      "grpo_aug.host_memory", "grpo_aug.junk_chars", "grpo_aug.config_renames"],
     ["grpo_aug.algo"],
-    ["grpo_aug.lean"],
+    ["grpo_aug.fast_llama"],
     ["grpo_aug.data"],
     ["grpo_aug.rewards"],
     ["grpo_aug.tools"],

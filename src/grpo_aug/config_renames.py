@@ -3,8 +3,9 @@
 The groups now sit with the stage whose package holds their `_target_`s: the curriculum, the
 prompt selector and the difficulty tiers drive the prompt stage (`prompts/`), the reward clipping
 before the advantages is part of the update's maths (`algo/`), the overlong shaping is a reward
-term (`reward`). A command line written with the old names keeps working: each old name is
-rewritten to its new one with a one-line notice. Experiment files are not rewritten (Hydra reads
+term (`reward`); `algo.lean` is named for the package it switches on (`grpo_aug.fast_llama`). A
+command line written with the old names keeps working: each old name is rewritten to its new one
+with a one-line notice. Experiment files are not rewritten (Hydra reads
 them itself): theirs must use the new names.
 """
 
@@ -20,6 +21,7 @@ RENAMES = {
     "reward.winsorize": "algo.winsorize",
     "algo.overlong_buffer": "reward.overlong_buffer",
     "algo.overlong_penalty": "reward.overlong_penalty",
+    "algo.lean": "algo.fast_llama",
 }
 
 _PREFIXES = ("++", "+", "~")

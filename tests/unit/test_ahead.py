@@ -12,7 +12,7 @@ import torch
 
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.prompts.datamodule import FixedBatches
 from grpo_aug.rollout.settings import RolloutSettings
 from grpo_aug.step_types import Picked, SampledGroups

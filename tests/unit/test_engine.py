@@ -13,7 +13,7 @@ from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.hf import HFEngine
 from grpo_aug.engines.types import rollout_from_ids
 from grpo_aug.engines.vllm_colocated import VLLMEngine
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from helpers import TINY, read_scalars, train_here
 

@@ -3,7 +3,7 @@ import torch
 
 from grpo_aug.engines.rows import concat_rollouts, select_rows
 from grpo_aug.engines.sampling import generate
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.filter import GroupFilter, informative_groups
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import grpo_aug.lean.logprobs as logprobs
-from grpo_aug.lean.logprobs import token_logprobs
+import grpo_aug.fast_llama.logprobs as logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 
 
 def _case():

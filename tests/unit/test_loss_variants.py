@@ -113,7 +113,7 @@ def _entropy_by_hand(logits):
 
 
 def test_entropy_bonus_adds_coef_times_the_masked_mean_entropy():
-    from grpo_aug.lean.logprobs import token_logprobs
+    from grpo_aug.fast_llama.logprobs import token_logprobs
 
     class Toy(torch.nn.Module):  # logits straight from a table: the entropy has a known gradient
         def __init__(self):

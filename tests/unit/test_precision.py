@@ -10,8 +10,8 @@ import torch
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.sampling import generate
-from grpo_aug.lean.decode import LEAN_FLAG, supports
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.decode import LEAN_FLAG, supports
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.settings import RolloutSettings
@@ -82,7 +82,7 @@ def _loss_and_grads(m, step):
 def test_checkpointing_and_the_hf_path_give_the_same_loss_and_gradient(tiny_model_dir, switch):
     plain = _module(tiny_model_dir)
     other = _module(tiny_model_dir, gradient_checkpointing=True) if switch == "gradient_checkpointing" else \
-        _module(tiny_model_dir, algo=AlgoSettings(lean=False))
+        _module(tiny_model_dir, algo=AlgoSettings(fast_llama=False))
     if switch == "gradient_checkpointing":
         assert other.policy.is_gradient_checkpointing
     else:
@@ -105,7 +105,7 @@ def test_sampling_is_unchanged_by_gradient_checkpointing(tiny_model_dir):
 
 
 @pytest.mark.parametrize("overrides", [["trainer.precision=bf16-mixed"], ["model.dtype=bfloat16"],
-                                       ["model.gradient_checkpointing=true"], ["algo.lean=false"]])
+                                       ["model.gradient_checkpointing=true"], ["algo.fast_llama=false"]])
 def test_short_runs_with_each_switch_train_and_stay_finite(tmp_path, overrides):
     train_here(tmp_path, ["debug=fast", *TINY, "rollout.filter.zero_std=false", *overrides])
     scalars = read_scalars(tmp_path / "run")

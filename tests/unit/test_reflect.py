@@ -10,7 +10,7 @@ from grpo_aug.data.prompt_format import PlainPrompt
 from grpo_aug.data.records import Prompt
 from grpo_aug.data.synthetic import SyntheticArithmetic
 from grpo_aug.engines.types import rollout_from_ids
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.rollout.filter import GroupFilter
 from grpo_aug.rollout.reflect import Reflection
 from grpo_aug.rollout.settings import RolloutSettings

@@ -10,8 +10,8 @@ accuracies). The forwards use index_select, whose backward sums in a fixed order
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import grpo_aug.lean.logprobs as lean_logprobs
-from grpo_aug.lean.logprobs import token_logprobs
+import grpo_aug.fast_llama.logprobs as lean_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 
 
 def _gradients(model, ids, mask, P, temps) -> list[torch.Tensor]:

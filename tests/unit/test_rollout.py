@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from grpo_aug.engines.sampling import generate, sample_next_token
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.models.loading import load_policy, load_tokenizer
 from grpo_aug.rollout.settings import RolloutSettings
 

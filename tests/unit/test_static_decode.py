@@ -5,14 +5,14 @@ capture itself needs CUDA: scripts/gpu_check.py.)"""
 
 import pytest
 import torch
-from test_lean_decode import PROMPTS
-from test_lean_decode import _model as _cpu_model
+from test_fast_llama_decode import PROMPTS
+from test_fast_llama_decode import _model as _cpu_model
 
 from grpo_aug.engines.sampling import generate
 from grpo_aug.engines.sampling_options import SamplingOptions
-from grpo_aug.lean.compat import cache_kwargs
-from grpo_aug.lean.decode import LeanDecoder
-from grpo_aug.lean.static_decode import StaticDecoder
+from grpo_aug.fast_llama.compat import cache_kwargs
+from grpo_aug.fast_llama.decode import LeanDecoder
+from grpo_aug.fast_llama.static_decode import StaticDecoder
 from grpo_aug.models.tiny import build_char_tokenizer
 from helpers import DEVICE
 

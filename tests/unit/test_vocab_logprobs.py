@@ -4,10 +4,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import grpo_aug.lean.logprobs as lean_logprobs
-import grpo_aug.lean.vocab_logprobs as vocab
-from grpo_aug.lean.logprobs import token_logprobs
-from grpo_aug.lean.vocab_logprobs import vocab_logprobs
+import grpo_aug.fast_llama.logprobs as lean_logprobs
+import grpo_aug.fast_llama.vocab_logprobs as vocab
+from grpo_aug.fast_llama.logprobs import token_logprobs
+from grpo_aug.fast_llama.vocab_logprobs import vocab_logprobs
 
 
 def _direct(h, w, targets, temps):

@@ -20,7 +20,7 @@ pytest.importorskip("vllm", reason="needs vLLM: .ci/run builds .venv-vllm with v
 from grpo_aug.engines.hf import HFEngine  # noqa: E402
 from grpo_aug.engines.rows import select_rows  # noqa: E402
 from grpo_aug.engines.vllm_colocated import VLLMEngine  # noqa: E402
-from grpo_aug.lean.logprobs import token_logprobs  # noqa: E402
+from grpo_aug.fast_llama.logprobs import token_logprobs  # noqa: E402
 from grpo_aug.models.loading import load_policy, load_tokenizer  # noqa: E402
 from helpers import DEVICE, ON_GPU, VLLM_ENGINE, compose_cfg  # noqa: E402
 

@@ -46,7 +46,7 @@ class AlgoSettings:
     repeat_ngram: int = 0  # token n-grams repeated more than repeat_max times carry no loss; 0 = off
     repeat_max: int = 3
     max_consecutive_nonfinite: int = 5  # skipped non-finite updates in a row before the run stops
-    lean: bool = True  # the lean decode loop and packed forward where the model allows; false: HF forward only
+    fast_llama: bool = True  # grpo_aug.fast_llama (decode loop, packed forward) where the model allows; false: HF only
 
     def __post_init__(self) -> None:
         if not callable(self.loss):

@@ -13,12 +13,12 @@ from grpo_aug.engines.sampling import generate
 from grpo_aug.engines.sampling_options import SamplingOptions
 from grpo_aug.engines.types import Rollout
 from grpo_aug.errors import UsageError
-from grpo_aug.lean.decode import LEAN_FLAG, sharded
+from grpo_aug.fast_llama.decode import LEAN_FLAG, sharded
 
 
 class HFEngine:
     """captured_decode: on CUDA, the Llama-family decode step as one captured CUDA graph per
-    rollout (lean/static_decode.py: the same tokens as the eager step); ignored elsewhere.
+    rollout (fast_llama/static_decode.py: the same tokens as the eager step); ignored elsewhere.
     sample_dtype: sample from a copy of the policy whose weights are in this dtype (e.g. bfloat16:
     AMX on a CPU, half the bytes per decoded token on a GPU), overwritten from the policy before
     every rollout; None: the policy samples itself. Buffers (RoPE frequencies) keep their dtype."""

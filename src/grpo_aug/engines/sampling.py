@@ -17,9 +17,9 @@ from transformers import BatchEncoding, DynamicCache, PreTrainedTokenizerBase
 from grpo_aug.engines.nucleus import sample_nucleus
 from grpo_aug.engines.sampling_options import SamplingOptions, cut_at_stop, filter_probs, penalise_repeats
 from grpo_aug.engines.types import Rollout
-from grpo_aug.lean.compat import cache_kwargs, keep_last
-from grpo_aug.lean.decode import LeanDecoder, sharded, supports
-from grpo_aug.lean.static_decode import StaticDecoder
+from grpo_aug.fast_llama.compat import cache_kwargs, keep_last
+from grpo_aug.fast_llama.decode import LeanDecoder, sharded, supports
+from grpo_aug.fast_llama.static_decode import StaticDecoder
 
 
 def sample_next_token(
@@ -93,7 +93,7 @@ def generate(
     have finished (a reduced flag); a rank whose rows all ended keeps one row in the batch meanwhile.
     limits: [N] tokens each row may write (<= max_new_tokens); a row that reaches its limit stops
     without EOS (truncated). max_new_tokens stays the loop's bound, the same on every rank.
-    static: the lean step at fixed shapes (lean/static_decode.py), replayed as a captured CUDA graph
+    static: the lean step at fixed shapes (fast_llama/static_decode.py), replayed as a captured CUDA graph
     on a GPU; the same tokens from the same stream as without. Where the lean step does not apply
     (other models, sharded weights) the HF forward runs as without.
     """

@@ -20,7 +20,7 @@ import torch
 from grpo_aug.data.records import Prompt
 from grpo_aug.distributed import Ranks
 from grpo_aug.errors import UsageError
-from grpo_aug.lean.decode import sharded
+from grpo_aug.fast_llama.decode import sharded
 from grpo_aug.models.evaluation import HeldoutAccuracy, describe
 from grpo_aug.models.group_sources import SampleAhead, SampleNow
 from grpo_aug.models.loading import load_tokenizer
@@ -51,9 +51,9 @@ class GRPOModule(L.LightningModule):
         self.optimization = optimization
         self.name_or_path = policy.name_or_path
         # the update decides what the policy must provide: a frozen reference only when beta is
-        # ever > 0, the lean forward unless algo.lean=false
+        # ever > 0, the lean forward unless algo.fast_llama=false
         self.models.keep_reference = update.algo.needs_reference
-        self.models.lean = update.algo.lean
+        self.models.lean = update.algo.fast_llama
         # with an adapter, checkpoints hold the adapter alone; the base weights come from name_or_path
         self.strict_loading = not self.models.lora.active
         self.tokenizer = load_tokenizer(self.name_or_path)  # fails now if the path is wrong

@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 from grpo_aug.errors import UsageError
-from grpo_aug.lean.decode import LEAN_FLAG
+from grpo_aug.fast_llama.decode import LEAN_FLAG
 from grpo_aug.models.loading import frozen_copy, load_policy
 from grpo_aug.models.lora import Lora, NoLora, adapter_off, trainable_keys
 from grpo_aug.models.sharding import shard_like_policy

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from grpo_aug.engines.types import rollout_from_ids
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.logprobs import token_logprobs
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ update follows one rule, here, where it scores rows (`Scorer.logprobs`, `PolicyU
   4. every part's backward runs, a non-finite one too: the skip vote that follows skips the
      optimizer step on every rank, so its gradients are never applied;
   5. a scoring call's number of forwards never depends on the data under sharded weights
-     (`lean.logprobs`).
+     (`fast_llama.logprobs`).
 
 Generation follows the same rule at its own depth: decode steps, refill rounds and held-out
 batches are voted over ranks (`engines/sampling.py`, `rollout/groups.py`, `prompts/datamodule.py`).

@@ -23,7 +23,7 @@ from grpo_aug.algo.optim import clip_gradients_, gradient_norm
 from grpo_aug.algo.settings import AlgoSettings
 from grpo_aug.engines.rows import select_rows
 from grpo_aug.errors import UsageError
-from grpo_aug.lean.decode import sharded
+from grpo_aug.fast_llama.decode import sharded
 from grpo_aug.step_types import PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update import chunk_loss as chunk_loss_lib
 from grpo_aug.update.lockstep import lockstep, stand_in

@@ -23,8 +23,8 @@ import torch
 from grpo_aug.algo.chunks import CHUNK_WHEN_SAVING_ABOVE, chunk_saving, length_chunks
 from grpo_aug.engines.rows import select_rows, trim
 from grpo_aug.engines.types import Rollout
-from grpo_aug.lean.forward import packable
-from grpo_aug.lean.logprobs import token_logprobs
+from grpo_aug.fast_llama.forward import packable
+from grpo_aug.fast_llama.logprobs import token_logprobs
 from grpo_aug.update.lockstep import lockstep
 
 

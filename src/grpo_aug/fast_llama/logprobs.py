@@ -1,7 +1,7 @@
 """Token log-probabilities of completions under a model, at each row's sampling temperature.
 
 The rows of a group share their prompt. Llama-family models take the packed forward
-(`grpo_aug/lean/forward.py`: each distinct prompt once, no padding tokens). Where a strategy shards the
+(`grpo_aug/fast_llama/forward.py`: each distinct prompt once, no padding tokens). Where a strategy shards the
 weights, the HF forward still runs each prompt once and indexes its keys/values out to the rows
 (gradients flow back through the index and add up), then only the completion tokens run,
 attending to that shared prefix. Both give the numbers of one forward over every full row.
@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from grpo_aug.lean.compat import activation_checkpointing, cache_kwargs, keep_last
-from grpo_aug.lean.decode import sharded, supports
-from grpo_aug.lean.forward import packable, packed_completion_logits, packed_completion_logprobs
-from grpo_aug.lean.vocab_logprobs import BLOCK_ELEMENTS
+from grpo_aug.fast_llama.compat import activation_checkpointing, cache_kwargs, keep_last
+from grpo_aug.fast_llama.decode import sharded, supports
+from grpo_aug.fast_llama.forward import packable, packed_completion_logits, packed_completion_logprobs
+from grpo_aug.fast_llama.vocab_logprobs import BLOCK_ELEMENTS
 
 ENTROPY_BLOCK = 16  # rows per softmax when measuring entropy
 
@@ -53,7 +53,7 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
                  logits_to_keep=keep_last(model, 1, prompt_len),
                  **cache_kwargs(model, cache))
     for layer in cache.layers:  # [U, KV, P, D] -> [N, KV, P, D], differentiable
-        # index_select: its backward sums a prompt's rows in a fixed order (lean/forward.py, _layer)
+        # index_select: its backward sums a prompt's rows in a fixed order (fast_llama/forward.py, _layer)
         layer.keys, layer.values = layer.keys.index_select(0, row_prompt), layer.values.index_select(0, row_prompt)
     tail = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
                  position_ids=position_ids[:, prompt_len:-1], use_cache=True,
@@ -62,7 +62,7 @@ def _completion_logits(model: torch.nn.Module, input_ids: torch.Tensor, attentio
 
 
 def blocked_vocabulary(model: torch.nn.Module, input_ids: torch.Tensor, prompt_len: int) -> bool:
-    """Score through lean/vocab_logprobs.py: the packed forward applies, and the rows' logits would
+    """Score through fast_llama/vocab_logprobs.py: the packed forward applies, and the rows' logits would
     not fit one of its blocks (a real vocabulary). Smaller ones (the default tiny model's 19
     tokens) keep the direct path, whose numbers the default run was measured with."""
     if not (packable(model) and prompt_len > 0) or getattr(model.lm_head, "bias", None) is not None:

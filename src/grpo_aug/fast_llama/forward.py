@@ -7,7 +7,7 @@ projection) runs on a packed matrix of the real tokens only: each distinct promp
 then each row's completion tokens up to where it ended. Only attention goes back to a padded
 layout: the prompts attend causally among themselves; each completion attends to its own prompt's
 keys/values (indexed out to the row, so gradients add up over the group) and causally to itself.
-`tests/unit/test_lean_forward.py` checks logits and gradients against the HF forward.
+`tests/unit/test_fast_llama_forward.py` checks logits and gradients against the HF forward.
 
 Reading weights directly is not possible when a strategy shards them (FSDP, DeepSpeed ZeRO-3),
 and this forward keeps every activation, so a model set up for gradient checkpointing keeps its
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from grpo_aug.algo.chunks import length_chunks
-from grpo_aug.lean.compat import activation_checkpointing
-from grpo_aug.lean.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
-from grpo_aug.lean.vocab_logprobs import vocab_logprobs
+from grpo_aug.fast_llama.compat import activation_checkpointing
+from grpo_aug.fast_llama.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, supports
+from grpo_aug.fast_llama.vocab_logprobs import vocab_logprobs
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
 
@@ -209,7 +209,7 @@ def packed_completion_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, 
                                with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p of each completion token [N, T] at its row's temperature (> 0), and with_entropy the
     entropies [N, T]; 0 where no real token predicts the position (padding: the caller masks it).
-    The vocabulary's logits exist one block of tokens at a time (lean/vocab_logprobs.py)."""
+    The vocabulary's logits exist one block of tokens at a time (fast_llama/vocab_logprobs.py)."""
     states, lay = _packed_states(model, input_ids, attention_mask, prompt_len, length_groups)
     n, t = lay.n, lay.t + 1  # t: every completion column, the first predicted by the prompt
     rows = torch.arange(n, device=input_ids.device)  # [N]

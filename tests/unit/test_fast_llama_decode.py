@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from grpo_aug.engines.sampling import generate
-from grpo_aug.lean.decode import _Product, prepacks, supports
+from grpo_aug.fast_llama.decode import _Product, prepacks, supports
 from grpo_aug.models.tiny import build_char_tokenizer
 
 PROMPTS = ["Q: What is 4 + 5?\nA: ", "Q: 7?\nA: ", "Q: What is (12 + 3) * 2?\nA: "]
@@ -46,9 +46,9 @@ def test_lean_decode_matches_the_hf_forward(kind):
 def test_lean_step_logits_close_to_hf(kind, fused, dtype, monkeypatch):
     from transformers import DynamicCache
 
-    import grpo_aug.lean.decode as lean_decode
-    from grpo_aug.lean.compat import cache_kwargs
-    from grpo_aug.lean.decode import LeanDecoder
+    import grpo_aug.fast_llama.decode as lean_decode
+    from grpo_aug.fast_llama.compat import cache_kwargs
+    from grpo_aug.fast_llama.decode import LeanDecoder
 
     if not fused:  # the wide-model path (the module's own weights), on a narrow model
         monkeypatch.setattr(lean_decode, "FUSE_BELOW_HIDDEN", 16)
@@ -90,7 +90,7 @@ def test_unsupported_models_fall_back():
 
 
 def test_rows_that_end_leave_the_batch_without_changing_any_row(monkeypatch):
-    from grpo_aug.lean.decode import LeanDecoder
+    from grpo_aug.fast_llama.decode import LeanDecoder
 
     tok = build_char_tokenizer()
     model = _model("llama_gqa", tok)
@@ -127,7 +127,7 @@ def test_sharded_models_sample_through_their_own_forward(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kept_positions_are_the_last_ones(dtype):
-    from grpo_aug.lean.compat import keep_last
+    from grpo_aug.fast_llama.compat import keep_last
 
     tok = build_char_tokenizer()
     model = _model("llama", tok).to(dtype)

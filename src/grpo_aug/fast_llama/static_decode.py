@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from grpo_aug.lean.decode import LeanDecoder, rms_norm
+from grpo_aug.fast_llama.decode import LeanDecoder, rms_norm
 
 
 class StaticDecoder(LeanDecoder):

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-import grpo_aug.lean.forward as lean_forward
-from grpo_aug.lean.forward import packable, packed_completion_logits
+import grpo_aug.fast_llama.forward as lean_forward
+from grpo_aug.fast_llama.forward import packable, packed_completion_logits
 
 
 def _model(kind: str, hidden: int = 32):
@@ -107,11 +107,11 @@ def test_attention_groups_only_when_they_save_enough():
 
 
 def test_lean_imports_nothing_from_rollout_data_or_rewards():
-    """lean/ is used by both rollout and scoring; it must not pull either side in (a fresh interpreter)."""
+    """fast_llama/ is used by both rollout and scoring; it must not pull either side in (a fresh interpreter)."""
     import subprocess
     import sys
 
-    code = ("import sys, grpo_aug.lean.decode, grpo_aug.lean.forward; "
+    code = ("import sys, grpo_aug.fast_llama.decode, grpo_aug.fast_llama.forward; "
             "print(sorted(m for m in sys.modules if m.startswith(('grpo_aug.rollout', 'grpo_aug.data', "
             "'grpo_aug.rewards'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -7,7 +7,7 @@ overhead is most of the time. Here the prompt is prefilled by the HF model itsel
 keys/values are copied once into buffers sized for the whole completion, and each new token runs
 through the model's own weights, attending over a slice of those buffers (for narrow models,
 weights re-laid-out once per rollout: `_Projections`). Models this does not cover fall back to
-the HF forward; `tests/unit/test_lean_decode.py` checks tokens and logits against it.
+the HF forward; `tests/unit/test_fast_llama_decode.py` checks tokens and logits against it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
 
-LEAN_FLAG = "grpo_aug_lean"  # set False on a model (algo.lean=false) to keep it on the HF forward
+LEAN_FLAG = "grpo_aug_lean"  # set False on a model (algo.fast_llama=false) to keep it on the HF forward
 
 
 def supports(model: torch.nn.Module) -> bool:
