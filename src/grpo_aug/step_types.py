@@ -32,6 +32,7 @@ class Picked(NamedTuple):
     # per bucket, the mean predicted flat probability of its candidates drawn (batch and spares);
     # None: the predictor is not a calibrated probability yet (or there is none)
     flat_predicted: dict[str, float] | None = None
+    rows: list[int] | None = None  # [len(prompts)] rows to roll out per prompt (rollout/budget); None: group_size each
 
 
 class SampledGroups(NamedTuple):

@@ -89,15 +89,20 @@ def test_queued_batches_go_into_the_checkpoint_as_plain_data_and_come_back():
     queue = AheadQueue(depth=1)
     try:
         queue.jobs.append(QueuedRollout(picked([chat, EASY[0]]), 7, 6, done(None)))
+        # a budgeted pick keeps the rows it was given when it was queued (rollout/budget)
+        queue.jobs.append(QueuedRollout(picked([EASY[1]])._replace(rows=[12]), 8, 7, done(None)))
         entries = queue.pending()
     finally:
         queue.close()
     buffer = io.BytesIO()
     torch.save(entries, buffer)
     buffer.seek(0)
-    back, step = pending_picked(torch.load(buffer, weights_only=True)[0])  # what Lightning's loader allows
+    loaded = torch.load(buffer, weights_only=True)  # what Lightning's loader allows
+    back, step = pending_picked(loaded[0])
     assert step == 7
-    assert back == picked([chat, EASY[0]])
+    assert back == picked([chat, EASY[0]]) and back.rows is None
+    back, step = pending_picked(loaded[1])
+    assert step == 8 and back.rows == [12]
 
 
 class Watch(L.Callback):

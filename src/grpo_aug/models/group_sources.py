@@ -75,10 +75,11 @@ class SampleAhead:
         m = self.module
         step = m.global_step
         state = TrainerState(step, m.trainer.max_steps if m._trainer is not None else 0)
-        rows, model, generator = m.rows_per_prompt(picked), self.model, m.generator
+        picked = picked if picked.rows is not None else m.with_rows(picked)
+        model, generator = self.model, m.generator
 
         def sample() -> SampledGroups:
-            return m.rollout.sample(model, picked.prompts, step, generator, state, rows)
+            return m.rollout.sample(model, picked.prompts, step, generator, state, picked.rows)
 
         self.queue.submit(picked, rollout_step, step // m.algo.updates_per_rollout, sample)
 

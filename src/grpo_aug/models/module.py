@@ -188,13 +188,14 @@ class GRPOModule(L.LightningModule):
                                   getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
         return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates}
 
-    def rows_per_prompt(self, picked: Picked) -> list[int] | None:
-        """Rows for each picked prompt (rollout/budget: shared out by predicted pass rate); None:
-        group_size each."""
+    def with_rows(self, picked: Picked) -> Picked:
+        """The picked prompts with their rows each (rollout/budget: shared out by predicted pass
+        rate from the feed's history); without a budget, group_size each (rows None)."""
         s = self.rollout.settings
         if not s.budget.active:
-            return None
-        return s.budget.rows(self.feed.history.predicted_pass(picked.prompts, s.budget.prior), s.group_size)
+            return picked
+        return picked._replace(rows=s.budget.rows(self.feed.history.predicted_pass(picked.prompts, s.budget.prior),
+                                                  s.group_size))
 
     def sample_groups(self, batch: list[Prompt], rollout_step: int, step: int
                       ) -> tuple[Picked, SampledGroups, dict[str, float]]:
@@ -202,12 +203,11 @@ class GRPOModule(L.LightningModule):
         rounds included), and the feed's view of them (its curriculum/* values); no update.
         `rollout_step` counts rollouts (the data sampler's step), `step` optimizer steps.
         Preflight calls it alone."""
-        picked = self.feed.pick(batch, rollout_step, self.policy)
+        picked = self.with_rows(self.feed.pick(batch, rollout_step, self.policy))
         self.rollout.engine.sync(self.policy, step)  # an external engine samples from these weights
         state = TrainerState(step, self.trainer.max_steps if self._trainer is not None else 0)
         s = self.rollout.settings
-        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state,
-                                      self.rows_per_prompt(picked))
+        sampled = self.rollout.sample(self.policy, picked.prompts, step, self.generator, state, picked.rows)
         curriculum = self.feed.observe(picked, sampled, rollout_step, s.rows_per_prompt)
         return picked, sampled, curriculum
 

@@ -116,7 +116,7 @@ class AheadQueue:
         return [{"prompts": [dataclasses.asdict(p) | {"context": _plain(p.context)} for p in job.picked.prompts],
                  "audited": sorted(job.picked.audited), "skipped": job.picked.skipped,
                  "considered": job.picked.considered, "references": dict(job.picked.references),
-                 "flat_predicted": job.picked.flat_predicted, "rollout_step": job.rollout_step}
+                 "flat_predicted": job.picked.flat_predicted, "rows": job.picked.rows, "rollout_step": job.rollout_step}
                 for job in self.jobs]
 
     def close(self) -> None:
@@ -134,5 +134,5 @@ def pending_picked(entry: dict[str, Any]) -> tuple[Picked, int]:
         context = fields.get("context")
         prompts.append(Prompt(**{**fields, "context": None if context is None else tuple(map(tuple, context))}))
     picked = Picked(prompts, frozenset(entry["audited"]), entry["skipped"], entry["considered"],
-                    dict(entry["references"]), entry["flat_predicted"])
+                    dict(entry["references"]), entry["flat_predicted"], entry.get("rows"))
     return picked, int(entry["rollout_step"])
