@@ -87,13 +87,8 @@ def policy_loss(
     if surrogate is None:
         pg, low, high, dual = clipped_pg(ratio_t, adv, clip_eps_low, clip_eps_high, clip_ratio_c)  # [..., T] each
     else:
-        dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T]
-        folds = is_weight is not None and getattr(surrogate, "folds_is_weight", False)
-        extra = {"is_weight": is_weight} if folds else {}
-        pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t, **extra)  # [..., T]
-        low, high = bounds["low"], bounds["high"]
-        if folds:
-            is_weight = None
+        pg, low, high, dual, is_weight = surrogate_pg(surrogate, token_log_ratio, logps, adv, mask, ratio_t,
+                                                      is_weight)  # [..., T] each
     if ref_logps is None:
         kl_tokens = torch.zeros_like(logps)  # [..., T]
     else:
@@ -111,6 +106,18 @@ def policy_loss(
         loss = loss - entropy_coef * bonus_share * (entropy * acts).sum() / acts.sum().clamp(min=1.0)
 
     return loss, loss_stats(mask, kl_tokens, ratio_t, low, high, dual)
+
+
+def surrogate_pg(surrogate, token_log_ratio: torch.Tensor, logps: torch.Tensor, adv: torch.Tensor,
+                 mask: torch.Tensor, ratio_t: torch.Tensor, is_weight: torch.Tensor | None):
+    """An algo/surrogate term in place of the clip: (pg, low, high, dual) [..., T] each, and the
+    engine correction's token weights left to apply (None where the surrogate folded them into its
+    row weight, as VESPO does)."""
+    dual = torch.zeros_like(logps, dtype=torch.bool)  # [..., T] the dual clip belongs to the PPO clip
+    folds = is_weight is not None and getattr(surrogate, "folds_is_weight", False)
+    extra = {"is_weight": is_weight} if folds else {}
+    pg, bounds = surrogate.pg(token_log_ratio, logps, adv, mask, ratio_t, **extra)  # [..., T]
+    return pg, bounds["low"], bounds["high"], dual, None if folds else is_weight
 
 
 def clipped_pg(ratio_t: torch.Tensor, adv: torch.Tensor, clip_eps_low: float, clip_eps_high: float,

@@ -68,6 +68,16 @@ def encode(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str] | Sequence
     return BatchEncoding({"input_ids": ids, "attention_mask": mask})
 
 
+def rows_to_keep(running: torch.Tensor) -> torch.Tensor | None:
+    """Positions in the decode batch [A'] of the rows still writing ([A] bool), once the ended ones
+    are a quarter of the batch; None: not yet. Never empty: a rank whose rows all ended keeps one
+    while other ranks decode (their forwards need this rank's)."""
+    if int(running.sum()) > 0.75 * len(running):
+        return None
+    keep = running.nonzero().squeeze(1)  # [A']
+    return keep if len(keep) else torch.zeros(1, dtype=torch.long, device=running.device)
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -127,11 +137,8 @@ def generate(
             break
         # rows that ended leave the batch once they are a quarter of it: every later token then
         # costs only the rows still writing
-        running = ~rows.halted[active]  # [A]
-        if int(running.sum()) <= 0.75 * len(active):
-            keep = running.nonzero().squeeze(1)  # [A']
-            if len(keep) == 0:  # only when other ranks still decode: their forwards need this rank's
-                keep = torch.zeros(1, dtype=torch.long, device=device)
+        keep = rows_to_keep(~rows.halted[active])  # [A'] or None: all stay
+        if keep is not None:
             active, token = active[keep], token[keep]
             if decoder is not None:
                 decoder.select(keep)
