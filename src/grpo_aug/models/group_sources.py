@@ -75,7 +75,7 @@ class SampleAhead:
         m = self.module
         step = m.global_step
         state = TrainerState(step, m.trainer.max_steps if m._trainer is not None else 0)
-        picked = picked if picked.rows is not None else m.with_rows(picked)
+        picked = m.with_rows(picked)
         model, generator = self.model, m.generator
 
         def sample() -> SampledGroups:

@@ -190,9 +190,10 @@ class GRPOModule(L.LightningModule):
 
     def with_rows(self, picked: Picked) -> Picked:
         """The picked prompts with their rows each (rollout/budget: shared out by predicted pass
-        rate from the feed's history); without a budget, group_size each (rows None)."""
+        rate from the feed's history, unless they already have them: a checkpoint's queued pick);
+        without a budget, group_size each (rows None)."""
         s = self.rollout.settings
-        if not s.budget.active:
+        if not s.budget.active or picked.rows is not None:
             return picked
         return picked._replace(rows=s.budget.rows(self.feed.history.predicted_pass(picked.prompts, s.budget.prior),
                                                   s.group_size))

@@ -52,7 +52,6 @@ class OptimizerHandle(NamedTuple):
 class PolicyUpdate:
     def __init__(self, algo: AlgoSettings | None = None) -> None:
         self.algo = algo or AlgoSettings()
-        self.winsorize = self.algo.winsorize  # the step's rewards clipped before advantages
         self.objective = self.algo.objective
         self.loss_mask = self.algo.loss_mask
         self.scorer = Scorer(self.algo.length_chunks, micro_batch_rows=self.algo.micro_batch_rows)
@@ -95,10 +94,10 @@ class PolicyUpdate:
                               counted, self.token_text, ro.given)  # [B*G, T]
 
         # advantages from the step's (optionally winsorised) rewards, within each group
-        rewards = self.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
+        rewards = self.algo.winsorize(sampled.rewards[groups], valid[groups])  # [B, G]
         batch_std = None
         if a.scale_rewards.needs_batch_std:  # every counted reward of the step, flat groups and all ranks included
-            batch_std = batch_reward_std(self.winsorize(sampled.rewards, sampled.valid), sampled.valid,
+            batch_std = batch_reward_std(self.algo.winsorize(sampled.rewards, sampled.valid), sampled.valid,
                                          self.ranks.sum)
         advantages = group_advantages(rewards, valid[groups], adv_clip=a.adv_clip, scale=a.scale_rewards,
                                       batch_std=batch_std)[present]  # [B*G]
