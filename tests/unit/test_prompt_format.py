@@ -120,3 +120,36 @@ def test_bad_conversations_are_named_by_file_and_line(tmp_path, bad, what):
     source, path = _conversational_source(tmp_path, [CONVERSATIONS[0], {**CONVERSATIONS[1], "prompt": bad}])
     with pytest.raises(BadRow, match=rf"{path}:2: column 'prompt' {what}"):
         source.load()
+
+
+SHOT = {"user": "What is 38 + 7 - 4 + 12?", "assistant": "38 + 7 = 45\n45 - 4 = 41\n41 + 12 = 53\nThe answer is 53."}
+
+
+def test_examples_are_earlier_turns_after_the_system_message_and_before_the_rows_own(tmp_path, chat_model_dir):
+    records = _conversational_source(tmp_path, CONVERSATIONS)[0].load()
+    tok = PreTrainedTokenizerFast.from_pretrained(chat_model_dir)
+    fmt = ChatPrompt(system_prompt="Be brief.", examples=[SHOT]).bind(tok)
+    texts = fmt([r.prompt for r in records], [r.context for r in records])
+    shot = [{"role": "user", "content": SHOT["user"]}, {"role": "assistant", "content": SHOT["assistant"]}]
+    # written out by hand: the data's system message (row 0) or system_prompt (row 1), the example, the row
+    expected = [[CONVERSATIONS[0]["prompt"][0], *shot, CONVERSATIONS[0]["prompt"][1]],
+                [{"role": "system", "content": "Be brief."}, *shot, *CONVERSATIONS[1]["prompt"]]]
+    assert texts == [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in expected]
+    assert texts[1].index("41 + 12 = 53") < texts[1].index("<|im_start|>user\nHi")
+    assert fmt.conversation(records[1]) == expected[1]  # what rewards that read the messages see
+
+
+def test_examples_reach_the_rollouts_token_ids(chat_model_dir):
+    m = _module(chat_model_dir, ChatPrompt(examples=[SHOT]))
+    step = prepared(m, EASY[:1])
+    text = m.tokenizer.decode(_prompt_ids(step.rollout)[0])
+    assert text == (f"<|im_start|>user\n{SHOT['user']}<|im_end|>\n"
+                    f"<|im_start|>assistant\n{SHOT['assistant']}<|im_end|>\n"
+                    f"<|im_start|>user\n{EASY[0].prompt}<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("bad", [[{"user": "q"}], [{"user": "q", "assistant": " "}], ["q"],
+                                 [SHOT, {"user": "q", "assistant": "a", "system": "s"}]])
+def test_a_malformed_example_is_named(bad):
+    with pytest.raises(ValueError, match=rf"data.prompt_format.examples\[{len(bad) - 1}\] must be"):
+        ChatPrompt(examples=bad)

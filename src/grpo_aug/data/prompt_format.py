@@ -4,7 +4,10 @@
     chat   the record's prompt text becomes the user message of the tokenizer's own chat template,
            after the row's earlier messages (conversational datasets) or an optional system
            prompt, with the generation prompt added (instruct models). A system message in the
-           data wins over `system_prompt`.
+           data wins over `system_prompt`. `examples` are worked examples written as earlier
+           turns (few-shot): a user message and the assistant's answer each, after the system
+           message and before the row's own messages; they show an instruct model the form of
+           the working, which a system prompt alone does not (docs/real-model.md).
 Method hints and variants change the record's text, so they stay inside the user message. The
 template is rendered once per distinct text and context, so a group's G rows still share one
 prompt and one prefill.
@@ -12,7 +15,7 @@ prompt and one prefill.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
@@ -38,9 +41,22 @@ class PlainPrompt:
         return list(texts)
 
 
+def example_turns(examples: Sequence[Mapping[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    """`data.prompt_format.examples` as (role, content) turns; a malformed entry is named."""
+    turns: list[tuple[str, str]] = []
+    for i, example in enumerate(examples or ()):
+        keys = set(example) if isinstance(example, Mapping) else None
+        if keys != {"user", "assistant"} or not all(isinstance(example[k], str) and example[k].strip() for k in keys):
+            raise UsageError(f"data.prompt_format.examples[{i}] must be {{user: <text>, assistant: <text>}}, both "
+                             f"non-empty, got {example!r}")
+        turns += [("user", example["user"]), ("assistant", example["assistant"])]
+    return tuple(turns)
+
+
 class ChatPrompt:
-    def __init__(self, system_prompt: str | None = None) -> None:
+    def __init__(self, system_prompt: str | None = None, examples: Sequence[Mapping[str, str]] | None = None) -> None:
         self.system_prompt = system_prompt or None
+        self.examples = example_turns(examples)
         self.tokenizer: PreTrainedTokenizerBase | None = None
         self._rendered: dict[tuple[Context, str], str] = {}
         self.tools: list[dict] | None = None  # JSON schemas the template lists (rollout/tools=functions)
@@ -60,9 +76,13 @@ class ChatPrompt:
 
     def messages(self, text: str, context: Context = None) -> list[dict[str, str]]:
         context = context or ()
-        has_system = any(role == "system" for role, _ in context)
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt and not has_system else []
-        return [*system, *({"role": r, "content": c} for r, c in context), {"role": "user", "content": text}]
+        lead = 0  # the data's own system message(s) stay first, ahead of the examples
+        while lead < len(context) and context[lead][0] == "system":
+            lead += 1
+        system = (("system", self.system_prompt),) if self.system_prompt and not any(
+            role == "system" for role, _ in context) else ()
+        turns = (*system, *context[:lead], *self.examples, *context[lead:], ("user", text))
+        return [{"role": r, "content": c} for r, c in turns]
 
     def conversation(self, record: Prompt) -> list[dict[str, str]]:
         """The messages the model sees for a record (before hints), for rewards that read them."""
