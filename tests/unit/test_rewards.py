@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from grpo_aug.algo.winsorize import NoWinsorize, Winsorize
+from grpo_aug.answers import AnswerFormat
 from grpo_aug.data.records import Prompt
+from grpo_aug.errors import UsageError
 from grpo_aug.rewards import (
     FormatReward,
     MathReward,
@@ -56,6 +58,35 @@ def test_soft_math_tier_values_and_length_limit_are_configurable():
     assert reward(GSM, "In May 48/2 = 24. Total 48+24 = 72.\n#### 72") == 4  # now too long
     assert reward(GSM, "48/2 = 24\n#### 70") == 2
     assert reward(GSM, "#### 1") == -1
+
+
+# a synthetic medium problem: 31 is the intermediate, 38 the answer; the question gives 33, 2 and 7
+MEDIUM = Prompt(id="synthetic-medium-1", question="What is 33 - 2 + 7?", prompt="What is 33 - 2 + 7?", answer="38",
+                solution="<<33-2=31>>31\n<<31+7=38>>38\n#### 38", bucket="medium")
+FREE_TEXT = AnswerFormat(markers=["hash", "boxed", "answer_is", "equals"], fallback_last_number=True)
+
+
+@pytest.mark.parametrize(
+    "completion, default, uses_all",
+    [
+        ("33 - 2 = 31\n31 + 7 = 38\nThe answer is 38.", 1.0, 1.0),
+        ("33 - 2 = 31\n31 + 7 = 37\nThe answer is 37.", 0.3, 0.3),  # 31 right, every number used
+        ("33 - 2 = 31\nThe answer is 31.", 0.3, 0.0),  # stops a line early: 7 is never used
+        ("33 - 2 = 31\n33 - 2 = 31\nThe answer is 31.", 0.3, 0.0),  # the line twice still leaves 7 out
+        ("33 - 2 = 31\n2 + 7 = 9\nThe answer is 9.", 0.3, 0.3),  # 7 used in a step, if not the right one
+        ("33 - 2 + 7 = 37\nThe answer is 37.", 0.0, 0.0),  # every number, but 31 is never computed
+        ("33 - 2 = 30\n30 + 7 = 37\nThe answer is 37.", 0.0, 0.0),
+        ("The answer is 31.", 0.0, 0.0),  # 31 stated, not computed
+    ],
+)
+def test_soft_math_partial_can_require_every_number_of_the_question(completion, default, uses_all):
+    assert SoftMathReward(answer=FREE_TEXT)(MEDIUM, completion) == default
+    assert SoftMathReward(partial_uses_all_numbers=True, answer=FREE_TEXT)(MEDIUM, completion) == uses_all
+
+
+def test_soft_math_partial_uses_all_numbers_must_be_a_bool():
+    with pytest.raises(UsageError, match="partial_uses_all_numbers.*'yes'"):
+        SoftMathReward(partial_uses_all_numbers="yes")
 
 
 def test_similarity_is_one_minus_normalised_edit_distance():

@@ -113,6 +113,8 @@ def targets() -> dict[str, Callable[[str], object]]:
         out[f"answer_{name}"] = lambda text, a=answer: (a.extract(text), a.same(text, "42"))
     for r in rewards:
         out[r.name] = lambda text, r=r: r(PROMPT, text)
+    whole = SoftMathReward(partial_uses_all_numbers=True)  # the check over every step's operands
+    out["soft_math_uses_all_numbers"] = lambda text: whole(PROMPT, text)
     return out
 
 

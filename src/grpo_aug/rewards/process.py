@@ -75,6 +75,13 @@ def _numbers(text: str) -> set[Fraction]:
     return {v for v in values if v is not None}
 
 
+def uses_every_number(steps: list[Calculation], question: str) -> bool:
+    """True when every number the question gives is an operand of some step (a working that stops
+    before the question's last number has not)."""
+    used = set().union(*(_numbers(step.expression) for step in steps))
+    return _numbers(question) <= used
+
+
 def in_order(steps: list[Calculation], question: str) -> bool:
     """False when a step uses a value that only a later step computes (and the question lacks)."""
     given = _numbers(question)

@@ -8,6 +8,10 @@
     partial  0.3  wrong final answer, but at least one intermediate result of the reference
                   solution was computed correctly along the way (a right step whose result is a
                   reference step result other than the final answer)
+                  (partial_uses_all_numbers: and every number of the question is an operand of
+                  some step, so a working that stops early earns nothing: "33 - 2 = 31" for
+                  "33 - 2 + 7" reaches 31 but never uses 7. For tasks whose every given number is
+                  used, like the synthetic arithmetic; GSM8K's questions hold numbers no step needs)
     wrong    0.0  otherwise
 
 Example, reference "<<47+38=85>>85\n<<85-9=76>>76\n#### 76":
@@ -23,19 +27,24 @@ from __future__ import annotations
 from grpo_aug.answers import AUTO, AnswerFormat, normalize, value
 from grpo_aug.data.records import Prompt
 from grpo_aug.errors import UsageError
-from grpo_aug.rewards.process import calculations, in_order, step_results
+from grpo_aug.rewards.process import calculations, in_order, step_results, uses_every_number
 
 
 class SoftMathReward:
     name = "soft_math"
 
     def __init__(self, correct: float = 1.0, flawed: float = 0.8, partial: float = 0.3, wrong: float = 0.0,
-                 max_length_ratio: float = 2.0, answer: AnswerFormat | None = None) -> None:
+                 max_length_ratio: float = 2.0, partial_uses_all_numbers: bool = False,
+                 answer: AnswerFormat | None = None) -> None:
         if max_length_ratio <= 0:
             raise UsageError(f"reward soft_math max_length_ratio must be > 0, got {max_length_ratio}")
         self.correct, self.flawed = float(correct), float(flawed)
         self.partial, self.wrong = float(partial), float(wrong)
         self.max_length_ratio = float(max_length_ratio)
+        if not isinstance(partial_uses_all_numbers, bool):
+            raise UsageError(f"reward soft_math partial_uses_all_numbers must be true or false, "
+                             f"got {partial_uses_all_numbers!r}")
+        self.partial_uses_all_numbers = partial_uses_all_numbers
         self.answer = answer or AUTO
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
@@ -48,6 +57,7 @@ class SoftMathReward:
             sound = all(c.correct is not False for c in steps) and in_order(steps, prompt.question)
             return self.correct if concise and sound else self.flawed
         intermediate = set(step_results(prompt.solution)) - {reference}
-        if any(c.correct and c.value in intermediate for c in steps):
+        if any(c.correct and c.value in intermediate for c in steps) and (
+                not self.partial_uses_all_numbers or uses_every_number(steps, prompt.question)):
             return self.partial
         return self.wrong
