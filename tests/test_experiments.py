@@ -84,9 +84,12 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert (model.dtype, model.reference_dtype, cfg.trainer.precision) == ("float32", "bfloat16", "bf16-mixed")
     assert instantiate(cfg.rollout.engine).sample_dtype == torch.bfloat16
     assert "equals" in instantiate(cfg.answer).markers and "The answer is" in cfg.data.prompt_format.system_prompt
-    shot = instantiate(cfg.data.prompt_format).examples  # one worked example, one operation per line
-    assert shot == (("user", "What is 38 + 7 - 4 + 12?"),
+    shot = instantiate(cfg.data.prompt_format).examples  # worked examples, one operation per line
+    assert shot == (("user", "What is 56 + 12?"), ("assistant", "56 + 12 = 68\nThe answer is 68."),
+                    ("user", "What is 38 + 7 - 4 + 12?"),
                     ("assistant", "38 + 7 = 45\n45 - 4 = 41\n41 + 12 = 53\nThe answer is 53."))
+    whole = instantiate(cfg.reward, _convert_="all").functions[-1].fn
+    assert whole.partial_uses_all_numbers  # a working that stops early earns no partial credit
     assert isinstance(instantiate(cfg.reward, _convert_="all").functions[-1].fn, SoftMathReward)
     guide = instantiate(cfg.rollout.reflect)
     assert isinstance(guide, ReferencePrefix) and guide.spell_out  # guided rows, the reference written as text
