@@ -26,10 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from grpo_aug.data.records import BUCKETS  # noqa: E402
 from grpo_aug.eventlog import read_events  # noqa: E402
-
-BUCKETS = ("easy", "medium", "hard")
-FINAL_OF = 3
+from grpo_aug.summary import FINAL_OF  # noqa: E402
 
 
 def judge(run_dir: Path, start: float, budget: float) -> dict:

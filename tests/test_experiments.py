@@ -89,8 +89,7 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
                     ("user", "What is 38 + 7 - 4 + 12?"),
                     ("assistant", "38 + 7 = 45\n45 - 4 = 41\n41 + 12 = 53\nThe answer is 53."))
     whole = instantiate(cfg.reward, _convert_="all").functions[-1].fn
-    assert whole.partial_uses_all_numbers  # a working that stops early earns no partial credit
-    assert isinstance(instantiate(cfg.reward, _convert_="all").functions[-1].fn, SoftMathReward)
+    assert isinstance(whole, SoftMathReward) and whole.partial_uses_all_numbers  # stopping early earns nothing
     guide = instantiate(cfg.rollout.reflect)
     assert isinstance(guide, ReferencePrefix) and guide.spell_out  # guided rows, the reference written as text
 
