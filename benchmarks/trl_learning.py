@@ -15,6 +15,8 @@ exactly as train.py does) and the reward; TRL 1.16 then trains on it the way a T
   and gradient checkpointing off, as grpo-aug's default; --bf16: TRL's bf16=True (autocast around
   float32 weights, as its users run it on an AMX CPU), the arm experiment=smollm2_arith compares with.
 
+`--budget S` stops training at the first step that ends S seconds after the script's start (each
+evaluation's `since_start_s` says when it ended): an arm judged at equal wall time with train.py runs.
 Every `--eval-every` steps (and at step 0) the policy TRL trains is evaluated by grpo-aug's own
 held-out evaluation (greedy, the same prompts, engine and answer format as a train.py run), so
 its curve is comparable with the zoo's other arms. Writes one JSON file in sample_efficiency.py's
@@ -77,7 +79,7 @@ def one_bucket_per_step(records, steps: int, prompts: int, seed: int) -> list[in
 
 
 def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False, bf16: bool = False,
-        stream: int | None = None) -> dict:
+        stream: int | None = None, budget: float | None = None) -> dict:
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -115,6 +117,7 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     curves: dict[str, list[float]] = {b: [] for b in BUCKETS}
     at: list[int] = []
     seconds: list[float] = []
+    since_start: list[float] = []
     clock = [0.0]
 
     def evaluate(step: int) -> None:
@@ -123,16 +126,20 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
         result = heldout_accuracy(model, tokenizer, datamodule, accuracy, rollout.max_new_tokens, engine)
         at.append(step)
         seconds.append(round(time.time() - clock[0], 1))
+        since_start.append(round(time.time() - began, 1))
         for b in BUCKETS:
             curves[b].append(result[f"eval/accuracy/{b}"])
-        print(json.dumps({"step": step, **result}), flush=True)
+        print(json.dumps({"step": step, "since_start_s": since_start[-1], **result}), flush=True)
 
     class Evaluate(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             evaluate(0)
 
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % eval_every == 0:
+            # past the budget: stop without another evaluation (one made after it would not count)
+            if budget is not None and time.time() - began > budget:
+                control.should_training_stop = True
+            elif state.global_step % eval_every == 0:
                 evaluate(state.global_step)
 
     order = (one_bucket_per_step(records, steps, cfg.data.batch_size, cfg.seed) if blocked
@@ -160,7 +167,8 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
         return statistics.mean(values) if values else None
 
     # TRL's share of groups with equal rewards: with equal group sizes, grpo-aug's flat_rows_frac
-    result = {"steps": at, "seconds": seconds, "tokens": [None] * len(at),
+    result = {"steps": at, "seconds": seconds, "since_start_s": since_start, "tokens": [None] * len(at),
+              "steps_done": trainer.state.global_step,
               "flat_rows_frac": logged("frac_reward_zero_std"),
               "wall_s": round(time.time() - began, 1),
               "why": {"train_reward_first25": logged("reward", 0, 25), "train_reward_last25": logged("reward", 175),
@@ -182,10 +190,12 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="TRL's bf16=True (autocast on the CPU)")
     parser.add_argument("--stream", type=int, help="TRL's own seed (sampling and its shuffle of the pool), the data "
                         "and the start staying those of the config's seed: another run, as module.rollout.seed is")
+    parser.add_argument("--budget", type=float, help="seconds from the script's start after which training stops "
+                        "at the end of its step, without another evaluation (judging arms at equal wall time)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
     args = parser.parse_args()
     args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step,
-                                       args.bf16, args.stream), indent=1))
+                                       args.bf16, args.stream, args.budget), indent=1))
 
 
 if __name__ == "__main__":
