@@ -4,4 +4,16 @@
     python train.py data=gsm8k model=hf model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct
 """
 
+from omegaconf import OmegaConf
+
 __version__ = "0.1.0"
+
+
+def _if_native_bf16(yes, no):
+    from grpo_aug.dtypes import if_native_bf16  # torch only when a config asks
+
+    return if_native_bf16(yes, no)
+
+
+# configs pick bf16 where the hardware multiplies it (grpo_aug.dtypes.native_bf16), float32 elsewhere
+OmegaConf.register_new_resolver("if_native_bf16", _if_native_bf16, replace=True)
