@@ -382,7 +382,12 @@ def main() -> None:
     torch.set_num_threads(2)
     # the machine's speed drifts during a run: the matmul throughput is measured before every
     # trainer run and each workload's share uses the median of its own measurements
-    report = {"threads": 2, "prompts": PROMPTS, "group": GROUP, "workloads": {}}
+    from grpo_aug.dtypes import native_bf16
+
+    # a bf16 arm's figure means something else where bf16 is emulated (an AVX2 CPU: ~8x slower than float32)
+    native, why = native_bf16()
+    report = {"threads": 2, "prompts": PROMPTS, "group": GROUP, "bf16_native": native, "bf16_why": why,
+              "workloads": {}}
     for workload in ("tiny", "small") if args.workload == "both" else [args.workload]:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = (smollm2_dir(ROOT / "outputs" / "cache") if workload == "smollm2"

@@ -79,13 +79,14 @@ def one_bucket_per_step(records, steps: int, prompts: int, seed: int) -> list[in
 
 
 def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False, bf16: bool = False,
-        stream: int | None = None, budget: float | None = None) -> dict:
+        stream: int | None = None, budget: float | None = None, micro_batch: int | None = None) -> dict:
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_aug.data.records import BUCKETS
+    from grpo_aug.dtypes import native_bf16
     from grpo_aug.models.evaluation import HeldoutAccuracy
     from grpo_aug.models.optimization import Optimization
     from grpo_aug.pipeline import check_tools, prepare_model, prompt_datamodule, rollout_settings
@@ -145,12 +146,18 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
     order = (one_bucket_per_step(records, steps, cfg.data.batch_size, cfg.seed) if blocked
              else list(range(len(records))))
     with tempfile.TemporaryDirectory() as out:
+        rows = cfg.data.batch_size * rollout.group_size
+        micro = micro_batch or rows
+        if rows % micro:
+            raise SystemExit(f"--micro-batch {micro} must divide the {rows} rows of a step")
         args = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=cfg.data.batch_size * rollout.group_size,
+            # one generation of `rows` completions per optimizer step, its loss in rows/micro parts
+            output_dir=out, per_device_train_batch_size=micro, gradient_accumulation_steps=rows // micro,
+            generation_batch_size=rows,
             num_generations=rollout.group_size, max_completion_length=rollout.max_new_tokens,
             temperature=1.0, top_p=rollout.top_p, loss_type="grpo", scale_rewards="group",
             epsilon=cfg.algo.clip_eps_low, epsilon_high=cfg.algo.clip_eps_high, beta=cfg.algo.beta.value,
-            num_iterations=1, steps_per_generation=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
+            num_iterations=1, max_steps=steps, max_grad_norm=cfg.algo.max_grad_norm,
             use_cpu=True, bf16=bf16, gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
             seed=cfg.seed if stream is None else stream, data_seed=cfg.seed if stream is None else stream,
             shuffle_dataset=not blocked,
@@ -168,7 +175,8 @@ def run(overrides: list[str], steps: int, eval_every: int, blocked: bool = False
 
     # TRL's share of groups with equal rewards: with equal group sizes, grpo-aug's flat_rows_frac
     result = {"steps": at, "seconds": seconds, "since_start_s": since_start, "tokens": [None] * len(at),
-              "steps_done": trainer.state.global_step,
+              "steps_done": trainer.state.global_step, "micro_batch": micro,
+              "bf16": bf16, "bf16_hardware": native_bf16()[1],
               "flat_rows_frac": logged("frac_reward_zero_std"),
               "wall_s": round(time.time() - began, 1),
               "why": {"train_reward_first25": logged("reward", 0, 25), "train_reward_last25": logged("reward", 175),
@@ -192,10 +200,13 @@ def main() -> None:
                         "and the start staying those of the config's seed: another run, as module.rollout.seed is")
     parser.add_argument("--budget", type=float, help="seconds from the script's start after which training stops "
                         "at the end of its step, without another evaluation (judging arms at equal wall time)")
+    parser.add_argument("--micro-batch", type=int, help="rows per forward/backward (TRL's per_device_train_batch_size, "
+                        "gradients accumulated over the step's rows): TRL in float32 at SmolLM2's shape needs it "
+                        "in 24 GB")
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the start and seed")
     args = parser.parse_args()
     args.out.write_text(json.dumps(run(args.overrides, args.steps, args.eval_every, args.one_bucket_per_step,
-                                       args.bf16, args.stream, args.budget), indent=1))
+                                       args.bf16, args.stream, args.budget, args.micro_batch), indent=1))
 
 
 if __name__ == "__main__":

