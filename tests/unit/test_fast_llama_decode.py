@@ -156,3 +156,32 @@ def test_packed_products_against_float64(rows, with_bias):
     assert ((product(h).double() - exact).abs() <= tol).all()
     with_res = exact + residual.double()
     assert ((product(h, residual).double() - with_res).abs() <= 2 ** -8 * with_res.abs() + 1e-3).all()
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+@pytest.mark.parametrize("rows", [1, 8, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_packed_float32_products_against_float64(rows, with_bias):
+    from grpo_aug.fast_llama.decode import PACK_FLOAT32_FROM
+
+    g = torch.Generator().manual_seed(rows)
+    width = PACK_FLOAT32_FROM
+    w = torch.randn(96, width, generator=g)  # [out, in]
+    b = torch.randn(96, generator=g) if with_bias else None
+    h, residual = torch.randn(rows, width, generator=g), torch.randn(rows, 96, generator=g)
+    product = _Product(w, b)
+    assert product.packed
+    exact = h.double() @ w.double().t() + (0 if b is None else b.double())  # [rows, 96], values of size ~22
+    # float32: 24 bits of mantissa, a sum of 512 products
+    assert ((product(h).double() - exact).abs() <= 1e-5 * exact.abs() + 1e-3).all()
+    with_res = exact + residual.double()
+    assert ((product(h, residual).double() - with_res).abs() <= 1e-5 * with_res.abs() + 1e-3).all()
+
+
+def test_narrow_float32_layers_keep_mkl_products():
+    """The default run's 128-wide model samples as it was measured: no packed float32 copies."""
+    from grpo_aug.fast_llama.decode import PACK_FLOAT32_FROM
+
+    assert not prepacks(torch.ones(96, PACK_FLOAT32_FROM - 1))
+    assert not _Product(torch.ones(96, 128), None).packed
+    assert not prepacks(torch.ones(96, PACK_FLOAT32_FROM, dtype=torch.float16))

@@ -55,20 +55,33 @@ def rms_norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
 FUSE_BELOW_HIDDEN = 1024  # models narrower than this get fused, re-laid-out weight copies
 
 
+PACK_FLOAT32_FROM = 512  # float32 weights at least this wide (in features) get oneDNN-packed copies
+
+
 def prepacks(weight: torch.Tensor) -> bool:
-    """Whether `weight` gets a oneDNN-packed copy for the decode's products: bf16 on a CPU whose
-    oneDNN runs bf16 (AMX/AVX-512 BF16). Packed, a product with a handful of rows runs 1.5-2x
-    faster than the strided bf16 GEMM (SmolLM2's layers at 8-64 rows); values equal a bf16 matmul's
-    up to the order of the float32 accumulation (the rollout of 64 rows x 64 tokens: ~640 -> ~800
-    tokens/s, docs/benchmarks.md)."""
+    """Whether `weight` gets a oneDNN-packed copy for the decode's products.
+
+    bf16 on a CPU whose oneDNN runs bf16 (AMX/AVX-512 BF16): packed, a product with a handful of
+    rows runs 1.5-2x faster than the strided bf16 GEMM (SmolLM2's layers at 8-64 rows); values
+    equal a bf16 matmul's up to the order of the float32 accumulation (the rollout of 64 rows x 64
+    tokens: ~640 -> ~800 tokens/s, docs/benchmarks.md).
+    float32 layers of PACK_FLOAT32_FROM inputs or more: on an AVX2 CPU (AMD EPYC, two threads) the
+    packed float32 products of SmolLM2's shapes at 8-64 rows ran 1.05-4x faster than MKL's (the
+    vocabulary's at 8 rows 62 against 16 GFLOP/s), and its float32 rollout 1.26x (188 -> 236 tokens/s). Narrower layers
+    (the default run's 128-wide model) keep MKL's products, and the numbers they were measured with.
+    """
     mkldnn = torch.ops.mkldnn
-    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-            and hasattr(mkldnn, "_reorder_linear_weight") and mkldnn._is_mkldnn_bf16_supported())
+    if weight.device.type != "cpu" or not (torch.backends.mkldnn.is_available()
+                                           and hasattr(mkldnn, "_reorder_linear_weight")):
+        return False
+    if weight.dtype == torch.float32:
+        return weight.dim() == 2 and weight.shape[1] >= PACK_FLOAT32_FROM
+    return weight.dtype == torch.bfloat16 and mkldnn._is_mkldnn_bf16_supported()
 
 
 class _Product:
     """`h @ W.T (+ b) (+ residual)` for a weight W [out, in] laid out once per rollout: oneDNN-packed
-    in bf16 where `prepacks` says so, else transposed to [in, out] contiguous (with a handful of rows
+    where `prepacks` says so, else transposed to [in, out] contiguous (with a handful of rows
     the matmul streams the weight, and MKL streams that layout about twice as fast as [out, in])."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
