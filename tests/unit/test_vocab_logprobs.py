@@ -106,3 +106,25 @@ def test_the_default_tiny_vocabulary_keeps_the_direct_path():
     ids, mask, P, _ = _rows()
     assert not lean_logprobs.blocked_vocabulary(_model(vocab_size=19), ids.clamp(max=18), P)
     assert lean_logprobs.blocked_vocabulary(_model(vocab_size=49152), ids, P) is (4 * 5 * 49152 > vocab.BLOCK_ELEMENTS)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+def test_packed_float32_projection_matches_the_direct_formula(small_blocks):
+    """float32 hidden states as wide as the decode packs (SmolLM2's 576): the projection runs on a
+    oneDNN-packed copy, forward and in backward's recomputation; values and gradients as the formula's."""
+    from grpo_aug.fast_llama.decode import PACK_FLOAT32_FROM
+
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(23, PACK_FLOAT32_FROM, generator=g, requires_grad=True) / 8
+    w = torch.randn(50, PACK_FLOAT32_FROM, generator=g, requires_grad=True)
+    assert vocab._Projection(w.detach()).packed is not None
+    targets, temps = torch.randint(0, 50, (23,), generator=g), torch.rand(23, generator=g) + 0.5
+    a, b = torch.randn(23, generator=g), torch.randn(23, generator=g)
+    logp, ent = vocab_logprobs(h, w, targets, temps, with_entropy=True)
+    hd, wd = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want_logp, want_ent = _direct(hd, wd, targets, temps.double())
+    assert torch.allclose(logp.double(), want_logp, atol=1e-4) and torch.allclose(ent.double(), want_ent, atol=1e-4)
+    got = torch.autograd.grad((a * logp).sum() + (b * ent).sum(), (h, w))
+    want = torch.autograd.grad((a.double() * want_logp).sum() + (b.double() * want_ent).sum(), (hd, wd))
+    for x, y in zip(got, want, strict=True):
+        assert torch.allclose(x.double(), y, atol=1e-4, rtol=1e-3), (x.double() - y).abs().max()
