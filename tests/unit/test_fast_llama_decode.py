@@ -166,12 +166,12 @@ def test_packed_float32_products_against_float64(rows, with_bias):
 
     g = torch.Generator().manual_seed(rows)
     width = PACK_FLOAT32_FROM
-    w = torch.randn(96, width, generator=g)  # [out, in]
-    b = torch.randn(96, generator=g) if with_bias else None
-    h, residual = torch.randn(rows, width, generator=g), torch.randn(rows, 96, generator=g)
+    w = torch.randn(width, width, generator=g)  # [out, in]
+    b = torch.randn(width, generator=g) if with_bias else None
+    h, residual = torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
     product = _Product(w, b)
     assert product.packed
-    exact = h.double() @ w.double().t() + (0 if b is None else b.double())  # [rows, 96], values of size ~22
+    exact = h.double() @ w.double().t() + (0 if b is None else b.double())  # [rows, width], values of size ~22
     # float32: 24 bits of mantissa, a sum of 512 products
     assert ((product(h).double() - exact).abs() <= 1e-5 * exact.abs() + 1e-3).all()
     with_res = exact + residual.double()
@@ -182,6 +182,7 @@ def test_narrow_float32_layers_keep_mkl_products():
     """The default run's 128-wide model samples as it was measured: no packed float32 copies."""
     from grpo_aug.fast_llama.decode import PACK_FLOAT32_FROM
 
-    assert not prepacks(torch.ones(96, PACK_FLOAT32_FROM - 1))
-    assert not _Product(torch.ones(96, 128), None).packed
+    assert not prepacks(torch.ones(PACK_FLOAT32_FROM, PACK_FLOAT32_FROM - 1))
+    assert not _Product(torch.ones(128, 512), None).packed  # the tiny model's down projection [hidden, intermediate]
+    assert not _Product(torch.ones(512, 128), None).packed  # and its gate/up
     assert not prepacks(torch.ones(96, PACK_FLOAT32_FROM, dtype=torch.float16))

@@ -116,9 +116,10 @@ def test_packed_float32_projection_matches_the_direct_formula(small_blocks):
 
     g = torch.Generator().manual_seed(2)
     h = torch.randn(23, PACK_FLOAT32_FROM, generator=g, requires_grad=True) / 8
-    w = torch.randn(50, PACK_FLOAT32_FROM, generator=g, requires_grad=True)
+    w = torch.randn(PACK_FLOAT32_FROM, PACK_FLOAT32_FROM, generator=g, requires_grad=True)  # [V, H]
     assert vocab._Projection(w.detach()).packed is not None
-    targets, temps = torch.randint(0, 50, (23,), generator=g), torch.rand(23, generator=g) + 0.5
+    targets = torch.randint(0, PACK_FLOAT32_FROM, (23,), generator=g)
+    temps = torch.rand(23, generator=g) + 0.5
     a, b = torch.randn(23, generator=g), torch.randn(23, generator=g)
     logp, ent = vocab_logprobs(h, w, targets, temps, with_entropy=True)
     hd, wd = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()

@@ -55,7 +55,7 @@ def rms_norm(x: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
 FUSE_BELOW_HIDDEN = 1024  # models narrower than this get fused, re-laid-out weight copies
 
 
-PACK_FLOAT32_FROM = 512  # float32 weights at least this wide (in features) get oneDNN-packed copies
+PACK_FLOAT32_FROM = 512  # float32 weights with both sides at least this long get oneDNN-packed copies
 
 
 def prepacks(weight: torch.Tensor) -> bool:
@@ -65,17 +65,18 @@ def prepacks(weight: torch.Tensor) -> bool:
     rows runs 1.5-2x faster than the strided bf16 GEMM (SmolLM2's layers at 8-64 rows); values
     equal a bf16 matmul's up to the order of the float32 accumulation (the rollout of 64 rows x 64
     tokens: ~640 -> ~800 tokens/s, docs/benchmarks.md).
-    float32 layers of PACK_FLOAT32_FROM inputs or more: on an AVX2 CPU (AMD EPYC, two threads) the
+    float32 weights of at least PACK_FLOAT32_FROM x PACK_FLOAT32_FROM: on an AVX2 CPU (AMD EPYC, two threads) the
     packed float32 products of SmolLM2's shapes at 8-64 rows ran 1.05-4x faster than MKL's (the
-    vocabulary's at 8 rows 62 against 16 GFLOP/s), and its float32 rollout 1.26x (188 -> 236 tokens/s). Narrower layers
-    (the default run's 128-wide model) keep MKL's products, and the numbers they were measured with.
+    vocabulary's at 8 rows 62 against 16 GFLOP/s), and its float32 rollout 1.26x (188 -> 236 tokens/s).
+    Smaller weights (the default run's 128-wide model, its [128 x 512] down projection included)
+    keep MKL's products, and the numbers they were measured with.
     """
     mkldnn = torch.ops.mkldnn
     if weight.device.type != "cpu" or not (torch.backends.mkldnn.is_available()
                                            and hasattr(mkldnn, "_reorder_linear_weight")):
         return False
     if weight.dtype == torch.float32:
-        return weight.dim() == 2 and weight.shape[1] >= PACK_FLOAT32_FROM
+        return weight.dim() == 2 and min(weight.shape) >= PACK_FLOAT32_FROM
     return weight.dtype == torch.bfloat16 and mkldnn._is_mkldnn_bf16_supported()
 
 
