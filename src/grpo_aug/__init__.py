@@ -10,9 +10,10 @@ __version__ = "0.1.0"
 
 
 def _if_native_bf16(yes, no):
-    from grpo_aug.dtypes import if_native_bf16  # torch only when a config asks
+    """`${if_native_bf16:bf16-mixed,32-true}`: the first value where bf16 is native here, else the second."""
+    from grpo_aug.dtypes import native_bf16  # torch only when a config asks
 
-    return if_native_bf16(yes, no)
+    return yes if native_bf16()[0] else no
 
 
 # configs pick bf16 where the hardware multiplies it (grpo_aug.dtypes.native_bf16), float32 elsewhere

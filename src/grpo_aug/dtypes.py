@@ -27,7 +27,3 @@ def native_bf16() -> tuple[bool, str]:
     log.info("bfloat16 %s: %s", "native" if native else "emulated, float32 chosen where the config allows", why)
     return native, why
 
-
-def if_native_bf16(yes, no):
-    """`${if_native_bf16:bf16-mixed,32-true}`: the first value where bf16 is native here, else the second."""
-    return yes if native_bf16()[0] else no

@@ -117,7 +117,7 @@ def test_packed_float32_projection_matches_the_direct_formula(small_blocks):
     g = torch.Generator().manual_seed(2)
     h = torch.randn(23, PACK_FLOAT32_FROM, generator=g, requires_grad=True) / 8
     w = torch.randn(PACK_FLOAT32_FROM, PACK_FLOAT32_FROM, generator=g, requires_grad=True)  # [V, H]
-    assert vocab._Projection(w.detach()).packed is not None
+    assert vocab._projection(w.detach()).packed  # the decode's packed product, not F.linear
     targets = torch.randint(0, PACK_FLOAT32_FROM, (23,), generator=g)
     temps = torch.rand(23, generator=g) + 0.5
     a, b = torch.randn(23, generator=g), torch.randn(23, generator=g)

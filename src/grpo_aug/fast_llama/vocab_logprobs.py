@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grpo_aug.fast_llama.decode import prepacks
+from grpo_aug.fast_llama.decode import _Product, prepacks
 
 BLOCK_ELEMENTS = 1 << 22  # float32 logits per block: 16 MB, below glibc's mmap threshold (host_memory.py)
 GRAD_BYTES = 256 << 20  # backward: the logits' gradients of this many bytes go through one weight-sized matmul
@@ -36,37 +36,32 @@ def _compute_dtype(h: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     return torch.promote_types(h.dtype, weight.dtype)
 
 
-class _Projection:
-    """h [b, H] -> logits [b, V] through w [V, H] in dtype: in float32, a oneDNN-packed copy where
-    the decode packs one (fast_llama/decode.prepacks: on an AVX2 CPU, blocks of 85 of SmolLM2's
-    tokens 124 against MKL's 78 GFLOP/s, for one 60 ms reorder per pass)."""
-
-    def __init__(self, w: torch.Tensor) -> None:
-        self.w = w
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(w) if w.dtype == torch.float32 and prepacks(w) else None
-
-    def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(h.to(self.w.dtype), self.w)
-        return torch.ops.mkldnn._linear_pointwise(h.float(), self.packed, None, "none", [], "")
+def _projection(w: torch.Tensor):
+    """h [b, H] -> logits [b, V] through w [V, H]: in float32 the decode's oneDNN-packed product where
+    it packs one (fast_llama/decode.prepacks; on an AVX2 CPU, blocks of 85 of SmolLM2's tokens at 124
+    against MKL's 78 GFLOP/s, for one 60 ms reorder per pass). bf16 keeps F.linear: packing the
+    vocabulary was measured in float32 only."""
+    if w.dtype == torch.float32 and prepacks(w):
+        return _Product(w, None)
+    return lambda h: F.linear(h, w)
 
 
-def _tempered(h: torch.Tensor, project: _Projection, temps: torch.Tensor) -> torch.Tensor:
-    """h [b, H], temps [b] -> float32 logits / T [b, V]."""
-    return project(h).float() / temps[:, None]
+def _tempered(h: torch.Tensor, project, temps: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """h [b, H], project from _projection in dtype, temps [b] -> float32 logits / T [b, V]."""
+    return project(h.to(dtype)).float() / temps[:, None]
 
 
 class _VocabLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, temps, with_entropy: bool, dtype: torch.dtype):
         step = block_rows(weight.shape[0])
-        project = _Projection(weight.to(dtype))  # [V, H] once: a cast per block would copy the projection each time
+        project = _projection(weight.to(dtype))  # [V, H] once: a cast per block would copy the projection each time
         logps = torch.empty(len(h), dtype=torch.float32, device=h.device)  # [M]
         lse = torch.empty_like(logps)  # [M]
         entropy = torch.empty_like(logps) if with_entropy else logps.new_empty(0)  # [M]
         for i in range(0, len(h), step):
             rows = slice(i, i + step)
-            z = _tempered(h[rows], project, temps[rows])  # [b, V]
+            z = _tempered(h[rows], project, temps[rows], dtype)  # [b, V]
             lse[rows] = torch.logsumexp(z, dim=-1)
             logps[rows] = z.gather(-1, targets[rows, None]).squeeze(-1) - lse[rows]
             if with_entropy:  # H = logsumexp(z) - sum softmax(z) z
@@ -83,8 +78,8 @@ class _VocabLogprobs(torch.autograd.Function):
         if grad_logps is None:
             grad_logps = torch.zeros_like(lse)
         entropy_used = grad_entropy is not None and entropy.numel() > 0
-        project = _Projection(weight.to(dtype))
-        w = project.w  # [V, H]
+        w = weight.to(dtype)  # [V, H]
+        project = _projection(w)
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_w = None
         # the logits' gradients, block by block into a buffer of a few hundred MB whose rows then
@@ -97,7 +92,7 @@ class _VocabLogprobs(torch.autograd.Function):
             grads = buffer[: stop - start]  # [s, V]
             for i in range(start, stop, step):
                 rows = slice(i, min(i + step, stop))
-                z = _tempered(h[rows], project, temps[rows])  # [b, V] recomputed, not kept
+                z = _tempered(h[rows], project, temps[rows], dtype)  # [b, V] recomputed, not kept
                 log_p = z - lse[rows, None]  # [b, V]
                 p = log_p.exp()  # [b, V]
                 # d logp_target / dz = onehot(target) - p;  dH / dz = -p (log p + H)
