@@ -67,6 +67,68 @@ def test_packed_logits_and_gradients_match_the_hf_forward(kind, hidden, grouped,
         assert torch.allclose(a, b, atol=1e-5), (name, (a - b).abs().max())
 
 
+def _stem_batch():
+    """3 distinct prompts whose real tokens begin with the same 5 (one left-padded by 2, another by 1),
+    in 7 rows with completions of unequal length."""
+    g = torch.Generator().manual_seed(3)
+    P, T = 9, 5
+    stem = torch.randint(3, 30, (5,), generator=g)
+    own = [torch.randint(3, 30, (k,), generator=g) for k in (4, 2, 3)]  # each prompt's tokens after the stem
+    own[1][0] = 3 if own[0][0] != 3 else 4  # the stem ends where the prompts first differ
+    own[2][0] = 5 if own[0][0] != 5 and own[1][0] != 5 else 6
+    prompts = torch.zeros(3, P, dtype=torch.long)
+    prompt_mask = torch.zeros(3, P, dtype=torch.long)
+    for i, tail in enumerate(own):
+        real = torch.cat([stem, tail])
+        prompts[i, P - len(real):], prompt_mask[i, P - len(real):] = real, 1
+    rows = torch.tensor([2, 0, 1, 0, 2, 1, 2])
+    completion = torch.randint(3, 30, (7, T), generator=g)
+    completion_mask = torch.ones(7, T, dtype=torch.long)
+    completion_mask[1, 2:] = 0
+    completion_mask[5, 1:] = 0
+    completion[completion_mask == 0] = 0
+    return torch.cat([prompts[rows], completion], 1), torch.cat([prompt_mask[rows], completion_mask], 1), P, \
+        completion_mask.bool()
+
+
+def test_stem_length_counts_the_shared_beginning_of_the_real_tokens():
+    ids, mask, P, _ = _stem_batch()
+    assert lean_forward.stem_length(ids[:3, :P], mask[:3, :P].bool()) == 5
+    # one prompt is the stem plus one token: the stem stops a token short of it
+    short = torch.tensor([[0, 0, 7, 8, 9], [7, 8, 9, 4, 5]])
+    assert lean_forward.stem_length(short, short > 0) == 2
+    assert lean_forward.stem_length(short[:1], short[:1] > 0) == 0  # one prompt: nothing shared
+    assert lean_forward.stem_length(torch.tensor([[1, 2], [3, 2]]), torch.ones(2, 2, dtype=torch.bool)) == 0
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_shared_stem_runs_once_with_the_hf_forwards_logits_and_gradients(grouped, monkeypatch):
+    monkeypatch.setattr(lean_forward, "STEM_FROM", 3)
+    if grouped:
+        monkeypatch.setattr(lean_forward, "ATTENTION_SAVING", -1.0)
+    model = _model("llama")
+    ids, mask, P, on = _stem_batch()
+    lay = lean_forward._Layout(ids, mask, P, 4)
+    assert lay.s == 5 and lay.mp == 4 + 2 + 3  # the stem's tokens once, then each prompt's own
+    assert len(lay.ids) == 5 + 9 + int(on[:, :-1].sum())
+    packed = packed_completion_logits(model, ids, mask, P, length_groups=4)
+    plain = _hf_logits(model, ids, mask, P)
+    assert torch.allclose(packed[on], plain[on], atol=1e-5), (packed[on] - plain[on]).abs().max()
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(4))
+    params = list(model.parameters())
+    g_packed = torch.autograd.grad((packed[on] * weights[on]).sum(), params)
+    g_plain = torch.autograd.grad((plain[on] * weights[on]).sum(), params)
+    for (name, _), a, b in zip(model.named_parameters(), g_packed, g_plain, strict=True):
+        assert torch.allclose(a, b, atol=1e-5), (name, (a - b).abs().max())
+
+
+def test_a_short_shared_beginning_is_not_split_off(monkeypatch):
+    ids, mask, P, _ = _stem_batch()
+    assert lean_forward._Layout(ids, mask, P, 1).s == 0  # 5 shared tokens < STEM_FROM
+    monkeypatch.setattr(lean_forward, "STEM_FROM", 5)
+    assert lean_forward._Layout(ids, mask, P, 1).s == 5
+
+
 def test_rows_that_all_differ_and_single_token_completions():
     model = _model("llama")
     ids, mask, P, on = _batch()

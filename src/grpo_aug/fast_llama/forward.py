@@ -7,6 +7,9 @@ projection) runs on a packed matrix of the real tokens only: each distinct promp
 then each row's completion tokens up to where it ended. Only attention goes back to a padded
 layout: the prompts attend causally among themselves; each completion attends to its own prompt's
 keys/values (indexed out to the row, so gradients add up over the group) and causally to itself.
+Distinct prompts often share a long beginning too (a system prompt, worked examples): when that
+stem is at least STEM_FROM tokens it runs once, and every prompt's remaining tokens and every
+completion attend to its keys/values as well.
 `tests/unit/test_fast_llama_forward.py` checks logits and gradients against the HF forward.
 
 Reading weights directly is not possible when a strategy shards them (FSDP, DeepSpeed ZeRO-3),
@@ -27,6 +30,10 @@ from grpo_aug.fast_llama.decode import FUSE_BELOW_HIDDEN, rms_norm, sharded, sup
 from grpo_aug.fast_llama.vocab_logprobs import vocab_logprobs
 
 ATTENTION_SAVING = 0.3  # group completions for attention when that saves more than this share
+# a shared beginning of the distinct prompts runs once from this many tokens: below it the tokens
+# saved are few, and the default run's prompts (a character each, no shared beginning) keep the
+# layout their numbers were measured with
+STEM_FROM = 16
 
 
 def packable(model: torch.nn.Module) -> bool:
@@ -83,8 +90,24 @@ def attention_groups(lengths: torch.Tensor, prompt_len: int, count: int) -> list
     return groups if whole and 1 - work(groups) / whole > ATTENTION_SAVING else one
 
 
+def stem_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """How many first real tokens every distinct prompt ([U, P], left-padded) shares, leaving each at
+    least one of its own (its last token predicts the completion); 0 for one prompt."""
+    lengths = prompt_mask.sum(-1)  # [U]
+    shortest = int(lengths.min())
+    if len(prompt_ids) < 2 or shortest < 2:
+        return 0
+    starts = prompt_ids.shape[1] - lengths  # [U] left padding
+    cols = starts[:, None] + torch.arange(shortest - 1, device=prompt_ids.device)  # [U, L-1]
+    first = prompt_ids.gather(1, cols)  # [U, L-1] each prompt's real tokens from its start
+    same = (first == first[:1]).all(0)  # [L-1]
+    return int(same.long().cumprod(0).sum())
+
+
 class _Layout:
-    """Where the real tokens sit: `index_*` into the padded grids, masks for attention."""
+    """Where the real tokens sit: `index_*` into the padded grids, masks for attention. Packed order:
+    the stem's s tokens (the distinct prompts' shared beginning; s = 0 without one), the prompts'
+    remaining mp tokens, then the completions'."""
 
     def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
                  length_groups: int) -> None:
@@ -92,20 +115,34 @@ class _Layout:
         mask = attention_mask.bool()  # [N, P+T]
         distinct, self.row_prompt = torch.unique(torch.cat([input_ids[:, :p], attention_mask[:, :p]], 1), dim=0,
                                                  return_inverse=True)  # [U, 2P], [N]
-        self.prompt_ids, prompt_mask = distinct[:, :p], distinct[:, p:].bool()  # [U, P]
-        self.u, self.n, self.p = len(distinct), len(input_ids), p
+        prompt_ids, prompt_mask = distinct[:, :p], distinct[:, p:].bool()  # [U, P]
+        dev = input_ids.device
+        self.s = stem_length(prompt_ids, prompt_mask)
+        if self.s < STEM_FROM:
+            self.s = 0
+        s = self.s
+        start = int(p - prompt_mask.sum(-1)[0])  # where the first distinct prompt's real tokens begin
+        stem_ids = prompt_ids[0, start : start + s]  # [S]
+        # what is left of each prompt after the stem, still left-padded: a prompt of L real tokens
+        # keeps columns P - L + S .. P - 1, which land at P - L .. P - S - 1 of a grid S narrower, so
+        # the grid's mask is the first P - S columns of the old one
+        self.prompt_ids, prompt_mask = prompt_ids[:, s:], prompt_mask[:, : p - s]  # [U, P'] P' = P - S
+        self.u, self.n, self.p = len(distinct), len(input_ids), p - s
         self.t = input_ids.shape[1] - p - 1  # completion tokens that are inputs (the last one only a target)
         tail_mask = mask[:, p : p + self.t]  # [N, T'] a prefix of each row: completions are right-padded
-        dev = input_ids.device
-        self.index_prompt = prompt_mask.flatten().nonzero().squeeze(1)  # [Mp] into [U*P]
+        self.index_prompt = prompt_mask.flatten().nonzero().squeeze(1)  # [Mp] into [U*P']
         self.mp = len(self.index_prompt)
-        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
+        prompt_pos = s + (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [U, P'] left padding shifts positions
         # the last prompt token is real (left padding), so it is the last packed token of its prompt
-        self.last_prompt = prompt_mask.long().sum(-1).cumsum(0) - 1  # [U] into the packed prompt tokens
-        causal_p = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
-        # a padding query sees only itself (zero key and value): finite, and never read
-        eye = torch.eye(p, dtype=torch.bool, device=dev)
-        self.mask_prompt = (causal_p & prompt_mask[:, None, :]) | eye  # [U, P, P]
+        self.last_prompt = s + prompt_mask.long().sum(-1).cumsum(0) - 1  # [U] into the packed tokens
+        # keys a prompt's tokens see: the stem's, then its own [U, S + P']
+        seen = torch.cat([prompt_mask.new_ones(self.u, s), prompt_mask], -1)
+        causal_p = torch.ones(self.p, self.p, dtype=torch.bool, device=dev).tril()
+        # a padding query sees only itself (zero key and value) and the stem: finite, and never read
+        eye = torch.eye(self.p, dtype=torch.bool, device=dev)
+        own = (causal_p & prompt_mask[:, None, :]) | eye  # [U, P', P']
+        self.mask_prompt = torch.cat([seen[:, None, :s].expand(-1, self.p, -1), own], -1)  # [U, P', S + P']
+        self.mask_stem = torch.ones(s, s, dtype=torch.bool, device=dev).tril()[None]  # [1, S, S]
         # completion tokens are packed group by group (rows of similar length, see attention_groups)
         self.groups: list[_TailGroup] = []
         grid_index = []  # each packed completion token's place in the [N, T'] grid
@@ -116,15 +153,16 @@ class _Layout:
             index = tail_mask[rows, :t].flatten().nonzero().squeeze(1)  # [m] into [n*t]
             causal = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
             prompt_of = self.row_prompt[rows]  # [n]
-            mask_g = torch.cat([prompt_mask[prompt_of, None, :].expand(-1, t, -1), causal.expand(len(rows), -1, -1)],
-                               dim=-1)  # [n, t, P+t]
+            mask_g = torch.cat([seen[prompt_of, None, :].expand(-1, t, -1), causal.expand(len(rows), -1, -1)],
+                               dim=-1)  # [n, t, S + P' + t]
             self.groups.append(_TailGroup(prompt_of, t, index, mask_g))
             grid_index.append((rows[:, None] * self.t + torch.arange(t, device=dev)).flatten()[index])
         self.index_tail = torch.cat(grid_index) if grid_index else torch.zeros(0, dtype=torch.long, device=dev)
         tail_pos = prompt_pos[self.row_prompt, -1:] + 1 + torch.arange(self.t, device=dev)  # [N, T']
-        self.ids = torch.cat([self.prompt_ids.flatten()[self.index_prompt],
+        self.ids = torch.cat([stem_ids, self.prompt_ids.flatten()[self.index_prompt],
                               input_ids[:, p : p + self.t].flatten()[self.index_tail]])  # [M]
-        self.positions = torch.cat([prompt_pos.flatten()[self.index_prompt], tail_pos.flatten()[self.index_tail]])
+        self.positions = torch.cat([torch.arange(s, device=dev), prompt_pos.flatten()[self.index_prompt],
+                                    tail_pos.flatten()[self.index_tail]])
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -150,17 +188,24 @@ def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
     q = _rope(q.view(len(x), -1, d), cos, sin)  # [M, Hq, D]
     k = _rope(k.view(len(x), -1, d), cos, sin)  # [M, KV, D]
     v = v.view(len(x), -1, d)  # [M, KV, D]
-    mp = lay.mp
-    qp, kp, vp = (_unpack(z[:mp], lay.index_prompt, lay.u, lay.p) for z in (q, k, v))  # [U, heads, P, D]
-    out_prompt = _pack(_attend(qp, kp, vp, lay.mask_prompt, a.scaling), lay.index_prompt)  # [Mp, Hq*D]
-    outs, start = [out_prompt], mp
+    s, mp = lay.s, lay.mp
+    outs = []
+    qp, kp, vp = (_unpack(z[s : s + mp], lay.index_prompt, lay.u, lay.p) for z in (q, k, v))  # [U, heads, P', D]
+    if s:
+        qs, ks, vs = (z[:s].transpose(0, 1)[None] for z in (q, k, v))  # [1, heads, S, D]
+        outs.append(_attend(qs, ks, vs, lay.mask_stem, a.scaling)[0].transpose(0, 1).flatten(1))  # [S, Hq*D]
+        # every prompt sees the stem first; expand's backward adds the prompts' gradients up
+        kp = torch.cat([ks.expand(lay.u, -1, -1, -1), kp], dim=2)  # [U, KV, S + P', D]
+        vp = torch.cat([vs.expand(lay.u, -1, -1, -1), vp], dim=2)
+    outs.append(_pack(_attend(qp, kp, vp, lay.mask_prompt, a.scaling), lay.index_prompt))  # [Mp, Hq*D]
+    start = s + mp
     for g in lay.groups:
         end = start + len(g.index)
         qt, kt, vt = (_unpack(z[start:end], g.index, len(g.prompt_of), g.t) for z in (q, k, v))  # [n, heads, t, D]
         # index_select, not kp[prompt_of]: a prompt repeats across its group's rows, and indexing's
         # backward adds those rows' gradients with parallel atomic adds on a CPU (an order that
         # varies from run to run); index_select's backward sums them in a fixed order
-        kt = torch.cat([kp.index_select(0, g.prompt_of), kt], dim=2)  # [n, KV, P+t, D]
+        kt = torch.cat([kp.index_select(0, g.prompt_of), kt], dim=2)  # [n, KV, S + P' + t, D]
         vt = torch.cat([vp.index_select(0, g.prompt_of), vt], dim=2)
         outs.append(_pack(_attend(qt, kt, vt, g.mask, a.scaling), g.index))  # [m, Hq*D]
         start = end
@@ -186,7 +231,7 @@ def _packed_states(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     d = core.layers[0].self_attn.head_dim
     for layer in core.layers:
         x = _layer(layer, x, cos, sin, lay, d)
-    wanted = torch.cat([x[lay.last_prompt], x[lay.mp :]])  # [U + Mt, H], completion tokens in packed order
+    wanted = torch.cat([x[lay.last_prompt], x[lay.s + lay.mp :]])  # [U + Mt, H], completion tokens in packed order
     return rms_norm(wanted, core.norm), lay
 
 
