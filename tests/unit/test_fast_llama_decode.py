@@ -186,3 +186,37 @@ def test_narrow_float32_layers_keep_mkl_products():
     assert not _Product(torch.ones(128, 512), None).packed  # the tiny model's down projection [hidden, intermediate]
     assert not _Product(torch.ones(512, 128), None).packed  # and its gate/up
     assert not prepacks(torch.ones(96, PACK_FLOAT32_FROM, dtype=torch.float16))
+
+
+STEM_PROMPTS = ["Answer with a number only.\nQ: What is 4 + 5?\nA: ", "Answer with a number only.\nQ: 7?\nA: ",
+                "Answer with a number only.\nQ: What is (12 + 3) * 2?\nA: "]
+
+
+@pytest.mark.parametrize("kind", ["llama_gqa", "qwen2"])
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_shared_stem_prefilled_once_samples_what_whole_prompts_do(kind, lean, monkeypatch):
+    import grpo_aug.fast_llama.forward as lean_forward
+    from grpo_aug.engines.sampling import prefill
+
+    tok = build_char_tokenizer()
+    model = _model(kind, tok)
+    rows = [p for p in STEM_PROMPTS for _ in range(2)]
+    temps = torch.tensor([0.0, 1.3] * len(STEM_PROMPTS))
+
+    def run():
+        return generate(model, tok, rows, temps, 0.9, 12, generator=torch.Generator().manual_seed(5), lean=lean)
+
+    monkeypatch.setattr(lean_forward, "STEM_FROM", 10**9)
+    whole = run()
+    ids, mask, logits_whole, _, cache_mask, pos_whole = prefill(model, tok, rows, torch.device("cpu"))
+    assert torch.equal(cache_mask, mask)
+    monkeypatch.setattr(lean_forward, "STEM_FROM", 4)
+    ids_s, mask_s, logits_stem, _, cache_mask, pos_stem = prefill(model, tok, rows, torch.device("cpu"))
+    s = len("Answer with a number only.\nQ: ")  # one character a token
+    # the rows' prompts as before; the cache holds the stem's columns, then each prompt's rest, left-padded
+    assert torch.equal(ids_s, ids) and torch.equal(mask_s, mask) and torch.equal(pos_stem, pos_whole)
+    assert cache_mask[:, :s].all() and torch.equal(cache_mask[:, s:], mask[:, : mask.shape[1] - s])
+    assert torch.allclose(logits_stem, logits_whole, atol=1e-5), (logits_stem - logits_whole).abs().max()
+    stem = run()
+    assert torch.equal(stem.input_ids, whole.input_ids) and stem.texts == whole.texts
+    assert torch.allclose(stem.sample_logprobs, whole.sample_logprobs, atol=1e-5)

@@ -19,6 +19,7 @@ from grpo_aug.engines.sampling_options import SamplingOptions, cut_at_stop, filt
 from grpo_aug.engines.types import Rollout
 from grpo_aug.fast_llama.compat import cache_kwargs, keep_last
 from grpo_aug.fast_llama.decode import LeanDecoder, sharded, supports
+from grpo_aug.fast_llama.forward import stem
 from grpo_aug.fast_llama.static_decode import StaticDecoder
 
 
@@ -111,14 +112,14 @@ def generate(
     k = options or SamplingOptions()
     was_training = model.training
     model.eval()  # dropout off while sampling
-    prompt_ids, prompt_mask, logits, cache, position = prefill(model, tokenizer, prompts, device)
+    prompt_ids, prompt_mask, logits, cache, cache_mask, position = prefill(model, tokenizer, prompts, device)
     n, p = prompt_ids.shape
     # allocated once; step t attends to the first P + t columns (a view, no copy per token)
-    attn = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(n, max_new_tokens)], dim=1)
+    attn = torch.cat([cache_mask, torch.ones_like(cache_mask[:, :1]).expand(n, max_new_tokens)], dim=1)
     decoder = None
     if lean and supports(model) and not sharded(model):
         new_positions = position + 1 + torch.arange(max_new_tokens, device=device)  # [N, T]
-        decoder = (StaticDecoder if static else LeanDecoder)(model, cache, prompt_mask, new_positions,
+        decoder = (StaticDecoder if static else LeanDecoder)(model, cache, cache_mask, new_positions,
                                                              max_new_tokens)
         if static and device.type == "cuda":
             decoder.capture()
@@ -159,25 +160,43 @@ def generate(
 def prefill(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
             prompts: Sequence[str] | Sequence[Sequence[int]], device: torch.device):
     """One forward over the distinct prompts (a group repeats its prompt G times: each is encoded
-    and prefilled once), its KV cache copied out to every row. Returns the rows' prompt ids and mask
-    [N, P], the last position's logits [N, V], the cache and each row's last position [N, 1]."""
+    and prefilled once), its KV cache copied out to every row. When the distinct prompts share a
+    long beginning (a system prompt, worked examples: `fast_llama.forward.stem`), that runs once
+    first and the rest of each prompt attends to it. Returns the rows' prompt ids and mask [N, P],
+    the last position's logits [N, V], the cache, which of its P columns hold a real token [N, P]
+    (the prompt mask, or with a stem: the stem's columns, then each prompt's left-padded rest) and
+    each row's last position [N, 1]."""
     keys = [p if isinstance(p, str) else tuple(p) for p in prompts]
     distinct = list(dict.fromkeys(keys))
     row_of = {key: i for i, key in enumerate(distinct)}
     index = torch.tensor([row_of[key] for key in keys], device=device)  # [N] row -> distinct prompt
     enc = encode(tokenizer, distinct)
-    prompt_ids = enc.input_ids.to(device)[index]  # [N, P]
-    prompt_mask = enc.attention_mask.to(device)[index]  # [N, P]
+    ids, mask = enc.input_ids.to(device), enc.attention_mask.to(device)  # [U, P]
+    # the stem's extra forward is a collective under sharded weights: only where the lean paths run
+    s = stem(ids, mask.bool()) if supports(model) and not sharded(model) else 0
     cache = DynamicCache()
-    first_mask = enc.attention_mask.to(device)  # [U, P]
-    first_position = (first_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
-    out = model(input_ids=enc.input_ids.to(device), attention_mask=first_mask, position_ids=first_position,
-                use_cache=True, logits_to_keep=keep_last(model, 1, enc.input_ids.shape[1]),
-                **cache_kwargs(model, cache))  # only the last position's logits
-    logits = out.logits[:, -1].float()[index]  # [N, V]
+    if s:
+        start = int(ids.shape[1] - mask[0].sum())  # the first prompt's real tokens begin here
+        model(input_ids=ids[:1, start : start + s], position_ids=torch.arange(s, device=device)[None],
+              use_cache=True, logits_to_keep=keep_last(model, 1, s), **cache_kwargs(model, cache))
+        for layer in cache.layers:  # [1, KV, S, D] -> [U, KV, S, D]
+            layer.keys, layer.values = (z.expand(len(ids), -1, -1, -1) for z in (layer.keys, layer.values))
+        # a prompt of L real tokens keeps columns P - L + S .. P - 1 after its stem; a grid S narrower
+        # holds them at P - L .. P - S - 1, left-padded as before: its mask is the old one's first P - S columns
+        rest, rest_mask = ids[:, s:], mask[:, : ids.shape[1] - s]  # [U, P - S]
+        cache_mask = torch.cat([mask.new_ones(len(ids), s), rest_mask], dim=1)  # [U, P]
+        position = s + (rest_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P - S]
+        out = model(input_ids=rest, attention_mask=cache_mask, position_ids=position, use_cache=True,
+                    logits_to_keep=keep_last(model, 1, rest.shape[1]), **cache_kwargs(model, cache))
+    else:
+        cache_mask = mask
+        position = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P] left padding shifts positions
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True,
+                    logits_to_keep=keep_last(model, 1, ids.shape[1]), **cache_kwargs(model, cache))
+    logits = out.logits[:, -1].float()[index]  # [N, V] only the last position's logits were computed
     for layer in cache.layers:  # the distinct prompts' keys/values, one copy per row
         layer.keys, layer.values = layer.keys[index], layer.values[index]  # [N, KV, P, D]
-    return prompt_ids, prompt_mask, logits, cache, first_position[index, -1:]
+    return ids[index], mask[index], logits, cache, cache_mask[index], position[index, -1:]
 
 
 class DecodeRows:

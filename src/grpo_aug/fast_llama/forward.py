@@ -104,6 +104,12 @@ def stem_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
     return int(same.long().cumprod(0).sum())
 
 
+def stem(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """The shared beginning worth running once: `stem_length` when it reaches STEM_FROM, else 0."""
+    s = stem_length(prompt_ids, prompt_mask)
+    return s if s >= STEM_FROM else 0
+
+
 class _Layout:
     """Where the real tokens sit: `index_*` into the padded grids, masks for attention. Packed order:
     the stem's s tokens (the distinct prompts' shared beginning; s = 0 without one), the prompts'
@@ -117,10 +123,7 @@ class _Layout:
                                                  return_inverse=True)  # [U, 2P], [N]
         prompt_ids, prompt_mask = distinct[:, :p], distinct[:, p:].bool()  # [U, P]
         dev = input_ids.device
-        self.s = stem_length(prompt_ids, prompt_mask)
-        if self.s < STEM_FROM:
-            self.s = 0
-        s = self.s
+        self.s = s = stem(prompt_ids, prompt_mask)
         start = int(p - prompt_mask.sum(-1)[0])  # where the first distinct prompt's real tokens begin
         stem_ids = prompt_ids[0, start : start + s]  # [S]
         # what is left of each prompt after the stem, still left-padded: a prompt of L real tokens
