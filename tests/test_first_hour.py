@@ -81,6 +81,14 @@ def test_off_a_terminal_plain_lines_and_a_summary_from_the_run(tmp_path):
     seconds = summary["seconds"]
     assert seconds["grpo"] > 0 and seconds["evaluation"] > 0  # 6 steps and 4 evaluations ran
     assert seconds["warmup"] + seconds["grpo"] + seconds["evaluation"] <= seconds["total"]  # parts of one whole
+    # every step's phases went to TensorBoard, and the summary totals them: within the steps' own time
+    phases = summary["phase_seconds"]
+    assert set(phases) == {"rollout", "reference", "update"}
+    for phase, total in phases.items():
+        points = scalars[f"time/{phase}_s"]
+        assert [s for s, _ in points] == [1, 2, 3, 4, 5, 6] and all(v > 0 for _, v in points)
+        assert total == pytest.approx(sum(v for _, v in points), rel=1e-5)
+    assert sum(phases.values()) <= seconds["grpo"]
     flat = [v for _, v in scalars["rollout/flat_rows_frac"]]
     assert len(flat) == 6 and summary["flat_rows_frac"] == pytest.approx(sum(flat) / 6)
     assert summary["steps"] == 6

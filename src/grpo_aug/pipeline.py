@@ -277,7 +277,7 @@ def report_run(trainer: L.Trainer, module: GRPOModule, run_dir: Path, seconds: f
     times = {"total": seconds, "warmup": record.warmup_seconds, "grpo": record.train_seconds,
              "evaluation": record.eval_seconds}
     summary = build_summary(run_dir, record.evaluations, times, trainer.global_step, module.feed.flat_rows_frac(),
-                            alerts, tensorboard, plot)
+                            alerts, tensorboard, plot, record.phase_seconds)
     write_summary(summary)
     log.info("%s", summary_text(summary))
     return summary

@@ -2,7 +2,7 @@
 
 Per bucket the held-out accuracy at the start (the first evaluation, the step-0 baseline unless
 validate_before_training=false), at the end (the mean of the last three evaluations: one greedy
-evaluation of 200 problems moves by a few points from one to the next) and the gain; the time split;
+evaluation of 200 problems moves by a few points from one to the next) and the gain; the time split (a step's phases: models/step_clock.py);
 the share of rolled-out rows that came in flat groups; the alerts that fired; where everything is.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grpo_aug.models.step_clock import phase_line
 from grpo_aug.progress import clock
 
 FINAL_OF = 3  # evaluations averaged into the final accuracy
@@ -36,8 +37,9 @@ def accuracy_table(evaluations: list[tuple[int, dict[str, float]]]) -> dict[str,
 
 def build_summary(run_dir: Path, evaluations: list[tuple[int, dict[str, float]]], seconds: dict[str, float],
                   steps: int, flat_rows: float | None, alerts: dict[str, int], tensorboard: bool,
-                  plot: Path | None) -> dict:
-    """The summary as a JSON-able dict; `seconds` holds total, warmup, grpo and evaluation."""
+                  plot: Path | None, phase_seconds: dict[str, float] | None = None) -> dict:
+    """The summary as a JSON-able dict; `seconds` holds total, warmup, grpo and evaluation;
+    `phase_seconds` the training steps' totals per phase (models/step_clock.py)."""
     accounted = seconds["warmup"] + seconds["grpo"] + seconds["evaluation"]
     run_dir = Path(run_dir)
     return {
@@ -46,6 +48,7 @@ def build_summary(run_dir: Path, evaluations: list[tuple[int, dict[str, float]]]
         "accuracy": accuracy_table(evaluations),
         "evaluations": [{"step": s, **v} for s, v in evaluations],
         "seconds": {**seconds, "other": max(seconds["total"] - accounted, 0.0)},
+        "phase_seconds": dict(phase_seconds or {}),
         "flat_rows_frac": flat_rows,
         "alerts": {k: v for k, v in alerts.items() if v},
         "paths": {
@@ -71,6 +74,8 @@ def summary_text(summary: dict) -> str:
             lines.append(f"    {bucket:<24}{row['start']:>6.3f}{row['final']:>8.3f}{row['gain']:>+8.3f}")
     s = summary["seconds"]
     per_step = f", {s['grpo'] / summary['steps']:.2f} s/step" if summary["steps"] else ""
+    phases = phase_line(summary.get("phase_seconds") or {}, summary["steps"])
+    per_step += f" (of which {phases})" if phases else ""
     lines.append(f"  {clock(s['total'])} in all: warm-up {clock(s['warmup'])}, GRPO {clock(s['grpo'])}{per_step}, "
                  f"evaluation {clock(s['evaluation'])}, loading and saving {clock(s['other'])}")
     if summary["flat_rows_frac"] is not None:

@@ -127,8 +127,53 @@ def test_summary_time_split_and_text(tmp_path):
     assert "10:00 in all: warm-up 5:00, GRPO 3:20, 1.00 s/step, evaluation 0:40, loading and saving 1:00" in text
     assert "easy                     0.200   0.700  +0.500" in text
     assert "25.0% of the rows" in text and "low_std x2" in text
+    assert "of which" not in text  # no phases timed, none printed
     quiet = summary_text(build_summary(tmp_path, EVALS, seconds, 200, None, {}, False, None))
     assert "alerts: none fired" in quiet and "tensorboard" not in quiet and "flat rows" not in quiet
+    # 200 steps: rollout 120 s -> 0.6 a step, reference 20 -> 0.1, update 60 -> 0.3
+    timed = build_summary(tmp_path, EVALS, seconds, 200, None, {}, False, None,
+                          {"update": 60.0, "rollout": 120.0, "reference": 20.0})
+    assert timed["phase_seconds"] == {"update": 60.0, "rollout": 120.0, "reference": 20.0}
+    assert "GRPO 3:20, 1.00 s/step (of which rollout 0.6, reference 0.1, update 0.3 s/step), evaluation" in \
+        summary_text(timed)
+
+
+def test_step_clock_charges_each_phase_the_time_since_the_last_mark():
+    from grpo_aug.models.step_clock import StepClock
+
+    times = iter([10.0, 11.5, 14.0, 14.25, 20.0, 21.0])
+    syncs = []
+    clock = StepClock(sync=lambda: syncs.append(1), clock=lambda: next(times))
+    clock.start()  # 10.0
+    clock.lap("rollout")  # 11.5
+    clock.lap("reference")  # 14.0
+    clock.lap("update")  # 14.25
+    assert clock.take() == {"rollout": 1.5, "reference": 2.5, "update": 0.25}
+    assert len(syncs) == 4  # the device waited for at every mark, before the time was read
+    clock.start()  # 20.0: the next step starts from nothing
+    clock.lap("rollout")  # 21.0
+    assert clock.take() == {"rollout": 1.0}
+    with pytest.raises(RuntimeError, match="before start"):
+        clock.lap("update")
+
+
+def test_run_record_totals_the_steps_phases_across_a_resume():
+    from grpo_aug.callbacks.run_record import RunRecord
+
+    record = RunRecord()
+    for rollout, update in ((2.0, 1.0), (3.0, 0.5)):
+        record.on_train_batch_end(None, None, {"seconds": {"rollout": rollout, "update": update}}, None, 0)
+    record.on_train_batch_end(None, None, None, None, 0)  # a step that returned nothing adds nothing
+    assert record.phase_seconds == {"rollout": 5.0, "update": 1.5}
+    resumed = RunRecord()
+    resumed.load_state_dict(record.state_dict())
+    resumed.on_train_batch_end(None, None, {"seconds": {"rollout": 1.0}}, None, 0)
+    assert resumed.phase_seconds == {"rollout": 6.0, "update": 1.5}
+    older = record.state_dict()
+    del older["phase_seconds"]  # a checkpoint written before the phases were timed
+    again = RunRecord()
+    again.load_state_dict(older)
+    assert again.phase_seconds == {}
 
 
 def test_run_record_resumes_with_the_earlier_processes_seconds_and_evaluations():

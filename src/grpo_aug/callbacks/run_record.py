@@ -1,6 +1,6 @@
 """What the end-of-run summary needs from the fit: every held-out evaluation (the step-0 baseline
-included) and the seconds spent building the model (tiny model and warm-up), training and
-evaluating. Checkpointed, so a resumed run's summary covers the whole run, from its first baseline."""
+included), the seconds spent building the model (tiny model and warm-up), training and
+evaluating, and the training steps' seconds per phase (models/step_clock.py). Checkpointed, so a resumed run's summary covers the whole run, from its first baseline."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class RunRecord(L.Callback):
         self.eval_began: float | None = None
         self.train_began: float | None = None
         self.eval_in_fit = 0.0
+        self.phase_seconds: dict[str, float] = {}  # rollout / reference / update, summed over the steps
 
     def add_warmup(self, seconds: float) -> None:
         self.warmup_seconds += seconds
@@ -34,6 +35,10 @@ class RunRecord(L.Callback):
         if last and not trainer.sanity_checking:
             self.evaluations.append((trainer.global_step, dict(last)))
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        for phase, seconds in ((outputs or {}).get("seconds") or {}).items():
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
+
     def on_train_start(self, trainer, pl_module) -> None:
         self.train_began, self.eval_in_fit = time.monotonic(), 0.0
 
@@ -47,11 +52,14 @@ class RunRecord(L.Callback):
         if self.train_began is not None:
             train += time.monotonic() - self.train_began - self.eval_in_fit
         return {"evaluations": [[s, v] for s, v in self.evaluations], "eval_seconds": self.eval_seconds,
-                "train_seconds": train, "warmup_seconds": self.warmup_seconds}
+                "train_seconds": train, "warmup_seconds": self.warmup_seconds,
+                "phase_seconds": dict(self.phase_seconds)}
 
     def load_state_dict(self, state: dict) -> None:
         self.evaluations = [(int(s), dict(v)) for s, v in state["evaluations"]]
         self.eval_seconds = float(state["eval_seconds"])
         self.train_seconds = float(state["train_seconds"])
+        # checkpoints written before the phases were timed have none
+        self.phase_seconds = {k: float(v) for k, v in state.get("phase_seconds", {}).items()}
         # this process's own model build was added before the checkpoint was read
         self.warmup_seconds += float(state["warmup_seconds"])

@@ -28,6 +28,7 @@ from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.run_counts import RunCounts
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
+from grpo_aug.models.step_clock import StepClock
 from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.datamodule import PaddingBatch
 from grpo_aug.prompts.pass_rate import pass_rates
@@ -71,6 +72,7 @@ class GRPOModule(L.LightningModule):
         # are sampled again then)
         self.source: SampleNow | SampleAhead = SampleNow(self)
         self.restored_queue: list[dict] = []
+        self.clock = StepClock(sync=self._sync_device)  # the step's seconds per phase: time/*_s
 
     @property
     def algo(self):
@@ -161,13 +163,16 @@ class GRPOModule(L.LightningModule):
     def training_step(self, batches: list[list[Prompt]], batch_idx: int) -> dict:
         """`batches`: the batches of the data steps this call starts (one; the first call of a run
         with rollout.ahead=k gets k + 1)."""
+        self.clock.start()
         # 1-2. the groups to train on from the source: picked and sampled now, or queued
         # rollout.ahead steps ago; the feed has learnt from them (history, selector, curriculum)
         # before any weight moves
         groups = self.source.groups(batches)
+        self.clock.lap("rollout")
 
         # 3. masks, advantages, reference (and old) log-probs: once per rollout
         step = self.prepare(groups.sampled)
+        self.clock.lap("reference")
 
         # 4. the clipped-loss updates over minibatches of whole groups
         handle = OptimizerHandle(self.optimizers(), self.lr_schedulers(), self.manual_backward, self.global_step)
@@ -175,18 +180,25 @@ class GRPOModule(L.LightningModule):
 
         # 5. the weights moved: a sampler ahead of training takes them
         self.source.weights_moved()
+        self.clock.lap("update")
 
         # 6. logs, and the report the callbacks read
-        return self.finish_step(step, updates, kl_mean, beta, groups.curriculum, groups.extra)
+        return self.finish_step(step, updates, kl_mean, beta, groups.curriculum, groups.extra, self.clock.take())
 
     def finish_step(self, step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor, beta: float,
-                    curriculum: dict[str, float], extra: dict[str, float]) -> dict:
+                    curriculum: dict[str, float], extra: dict[str, float], seconds: dict[str, float]) -> dict:
+        """seconds: the step's wall time per phase (models/step_clock.py); RunRecord totals it."""
         for skipped in updates.skipped.tolist():
             self.counts.add_update(bool(skipped))
-        self._log_step(step, updates, beta, curriculum, extra)
+        self._log_step(step, updates, beta, curriculum, extra | {f"time/{k}_s": v for k, v in seconds.items()})
         self.counts.stop_if_stuck(self.algo.max_consecutive_nonfinite, self.global_step,
                                   getattr(self.trainer.checkpoint_callback, "last_model_path", "") or "")
-        return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates}
+        return {"report": step_report(step, updates, kl_mean, self.rollout.settings.temperatures), "updates": updates,
+                "seconds": seconds}
+
+    def _sync_device(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def with_rows(self, picked: Picked) -> Picked:
         """The picked prompts with their rows each (rollout/budget: shared out by predicted pass
