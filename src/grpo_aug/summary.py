@@ -2,8 +2,9 @@
 
 Per bucket the held-out accuracy at the start (the first evaluation, the step-0 baseline unless
 validate_before_training=false), at the end (the mean of the last three evaluations: one greedy
-evaluation of 200 problems moves by a few points from one to the next) and the gain; the time split (a step's phases: models/step_clock.py);
-the share of rolled-out rows that came in flat groups; the alerts that fired; where everything is.
+evaluation of 200 problems moves by a few points from one to the next) and the gain; the time split
+(and a step's phases: models/step_clock.py); the share of rolled-out rows that came in flat groups;
+the alerts that fired; where everything is.
 """
 
 from __future__ import annotations
