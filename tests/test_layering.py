@@ -16,7 +16,7 @@ import grpo_aug
 LAYERS = [
     ["grpo_aug.errors", "grpo_aug.mathtext", "grpo_aug.answers", "grpo_aug.eventlog", "grpo_aug.resume",
      "grpo_aug.distributed", "grpo_aug.progress", "grpo_aug.quiet", "grpo_aug.summary", "grpo_aug.dtypes",
-     "grpo_aug.host_memory", "grpo_aug.junk_chars", "grpo_aug.config_renames"],
+     "grpo_aug.host_memory", "grpo_aug.junk_chars", "grpo_aug.config_renames", "grpo_aug.step_clock"],
     ["grpo_aug.algo"],
     ["grpo_aug.fast_llama"],
     ["grpo_aug.data"],

@@ -3,7 +3,7 @@
 Per bucket the held-out accuracy at the start (the first evaluation, the step-0 baseline unless
 validate_before_training=false), at the end (the mean of the last three evaluations: one greedy
 evaluation of 200 problems moves by a few points from one to the next) and the gain; the time split
-(and a step's phases: models/step_clock.py); the share of rolled-out rows that came in flat groups;
+(and a step's phases: grpo_aug/step_clock.py); the share of rolled-out rows that came in flat groups;
 the alerts that fired; where everything is.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo_aug.models.step_clock import phase_line
 from grpo_aug.progress import clock
+from grpo_aug.step_clock import phase_line
 
 FINAL_OF = 3  # evaluations averaged into the final accuracy
 
@@ -40,7 +40,7 @@ def build_summary(run_dir: Path, evaluations: list[tuple[int, dict[str, float]]]
                   steps: int, flat_rows: float | None, alerts: dict[str, int], tensorboard: bool,
                   plot: Path | None, phase_seconds: dict[str, float] | None = None) -> dict:
     """The summary as a JSON-able dict; `seconds` holds total, warmup, grpo and evaluation;
-    `phase_seconds` the training steps' totals per phase (models/step_clock.py)."""
+    `phase_seconds` the training steps' totals per phase (grpo_aug/step_clock.py)."""
     accounted = seconds["warmup"] + seconds["grpo"] + seconds["evaluation"]
     run_dir = Path(run_dir)
     return {

@@ -139,7 +139,7 @@ def test_summary_time_split_and_text(tmp_path):
 
 
 def test_step_clock_charges_each_phase_the_time_since_the_last_mark():
-    from grpo_aug.models.step_clock import StepClock
+    from grpo_aug.step_clock import StepClock
 
     times = iter([10.0, 11.5, 14.0, 14.25, 20.0, 21.0])
     syncs = []

@@ -1,6 +1,6 @@
 """What the end-of-run summary needs from the fit: every held-out evaluation (the step-0 baseline
 included), the seconds spent building the model (tiny model and warm-up), training and
-evaluating, and the training steps' seconds per phase (models/step_clock.py). Checkpointed, so a
+evaluating, and the training steps' seconds per phase (grpo_aug/step_clock.py). Checkpointed, so a
 resumed run's summary covers the whole run, from its first baseline."""
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from grpo_aug.models.optimization import Optimization
 from grpo_aug.models.policy import PolicyModels
 from grpo_aug.models.run_counts import RunCounts
 from grpo_aug.models.sharding import data_parallel_mesh, shard_fsdp2
-from grpo_aug.models.step_clock import StepClock
 from grpo_aug.prompts import PromptFeed
 from grpo_aug.prompts.datamodule import PaddingBatch
 from grpo_aug.prompts.pass_rate import pass_rates
 from grpo_aug.rewards.trl import TrainerState
 from grpo_aug.rollout.groups import GroupRollout
+from grpo_aug.step_clock import StepClock
 from grpo_aug.step_types import Picked, PreparedStep, SampledGroups, UpdateStats
 from grpo_aug.update.policy_update import OptimizerHandle, PolicyUpdate
 from grpo_aug.update.step import step_report, train_scalars
@@ -187,7 +187,7 @@ class GRPOModule(L.LightningModule):
 
     def finish_step(self, step: PreparedStep, updates: UpdateStats, kl_mean: torch.Tensor, beta: float,
                     curriculum: dict[str, float], extra: dict[str, float], seconds: dict[str, float]) -> dict:
-        """seconds: the step's wall time per phase (models/step_clock.py); RunRecord totals it."""
+        """seconds: the step's wall time per phase (grpo_aug/step_clock.py); RunRecord totals it."""
         for skipped in updates.skipped.tolist():
             self.counts.add_update(bool(skipped))
         self._log_step(step, updates, beta, curriculum, extra | {f"time/{k}_s": v for k, v in seconds.items()})
