@@ -1,6 +1,7 @@
 """Where a training step's wall time goes: the rollout (sampling, rewards, guided rows, refill
 rounds; with rollout.ahead > 0, the wait for the queued groups), the reference (masks, advantages,
-the reference's and any old log-probs) and the update (the optimizer steps).
+the reference's and any old log-probs) and the update (the optimizer steps, and handing the new
+weights to a sampler ahead).
 
 A user whose run is slow asks this first; the answer decides what to change (fewer or shorter rows,
 a faster engine, smaller minibatches). The step logs them as `time/<phase>_s` and the run summary
@@ -39,7 +40,7 @@ class StepClock:
         if self.mark is None:
             raise RuntimeError("StepClock.lap before start")
         now = self._now()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.mark
+        self.seconds[phase] = now - self.mark
         self.mark = now
 
     def take(self) -> dict[str, float]:
