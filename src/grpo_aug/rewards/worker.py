@@ -13,6 +13,7 @@ Reward functions that run here must not use the GPU: a forked child cannot use C
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -24,7 +25,17 @@ class Outcome(NamedTuple):
     value: object  # the returned value, or the error's repr
 
 
-def _serve(conn, functions: Sequence[Callable[..., object]]) -> None:
+def _serve(conn, functions: Sequence[Callable[..., object]], inherited=None) -> None:
+    # a forked child holds a copy of the parent's end of the pipe, which would keep the pipe open
+    # after the parent died: closed here, a parent that ends any way (SIGKILL too) ends the child
+    if inherited is not None:
+        inherited.close()
+    # forked inside fit, the child inherits the trainer's handlers: Lightning's SIGTERM handler only
+    # logs, so the parent's exit (which terminates daemon children, then joins them) waited forever.
+    # A terminal's Ctrl-C reaches the whole process group: the parent decides when the child ends
+    # (callbacks/graceful_stop.py finishes the step, which still needs its rewards)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             message = conn.recv()
@@ -60,7 +71,8 @@ class TimedCalls:
 
     def _start(self) -> None:
         parent, child = self.context.Pipe()
-        self.process = self.context.Process(target=_serve, args=(child, self.functions), daemon=True,
+        inherited = parent if self.context.get_start_method() == "fork" else None
+        self.process = self.context.Process(target=_serve, args=(child, self.functions, inherited), daemon=True,
                                             name="grpo-aug-reward")
         self.process.start()
         child.close()
