@@ -55,14 +55,17 @@ def train_here(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
 
 
 def run_train(tmp_path: Path, overrides: list[str], timeout: int = 600,
-              cache: Path | None = None) -> subprocess.CompletedProcess:
-    """`python train.py ...` in a subprocess, run dir (and cache, unless given) under tmp_path."""
+              cache: Path | None = None, new_session: bool = False) -> subprocess.CompletedProcess:
+    """`python train.py ...` in a subprocess, run dir (and cache, unless given) under tmp_path;
+    new_session: in a process group of its own, which a signal to the whole group (a terminal's
+    Ctrl-C) reaches without reaching pytest."""
     args = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}/run",
             f"paths.cache_dir={cache or tmp_path / 'cache'}", *overrides]
     # tests/ on the path, so a run may use a test-only callback (KillAt)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT / "tests"),
                                                                           os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                          start_new_session=new_session)
 
 
 def read_events(run_dir: Path) -> dict[str, dict]:
@@ -133,6 +136,19 @@ class KillAt(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class InterruptAt(L.Callback):
+    """Ctrl-C as a terminal sends it, when a batch starts at `step`: SIGINT to the run's whole process
+    group (reward workers included; run it with new_session=True), `times` times in a row."""
+
+    def __init__(self, step: int, times: int = 1) -> None:
+        self.step, self.times = step, times
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            for _ in range(self.times):
+                os.killpg(os.getpgrp(), signal.SIGINT)
 
 
 class KillServerAt(L.Callback):
