@@ -21,19 +21,20 @@ log = logging.getLogger(__name__)
 class GracefulStop(L.Callback):
     def __init__(self) -> None:
         self.requested = False
-        self.previous = None  # the SIGINT handler before fit, back in place after the first Ctrl-C
+        self.previous = signal.default_int_handler  # the SIGINT handler before fit, back after the first Ctrl-C
         self.installed = False
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # signal handlers can only be set from the main thread (a notebook's worker thread cannot)
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self.request)
+            previous = signal.signal(signal.SIGINT, self.request)
+            # None: a handler not set from Python; the interpreter's own raises KeyboardInterrupt
+            self.previous = previous if previous is not None else signal.default_int_handler
             self.installed = True
 
     def request(self, signum: int, frame: object) -> None:
         self.requested = True
-        # None: the previous handler was not set from Python; the interpreter's own raises KeyboardInterrupt
-        signal.signal(signal.SIGINT, self.previous if self.previous is not None else signal.default_int_handler)
+        signal.signal(signal.SIGINT, self.previous)
         log.warning("Ctrl-C: stopping after this step, then a last evaluation, the checkpoint, the policy "
                     "and the summary (Ctrl-C again stops at once, and those are lost)")
 
@@ -46,5 +47,5 @@ class GracefulStop(L.Callback):
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.installed and not self.requested:
-            signal.signal(signal.SIGINT, self.previous if self.previous is not None else signal.default_int_handler)
+            signal.signal(signal.SIGINT, self.previous)
         self.installed = False
