@@ -91,6 +91,7 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
     assert isinstance(whole, SoftMathReward) and whole.partial_uses_all_numbers  # stopping early earns nothing
     guide = instantiate(cfg.rollout.reflect)
     assert isinstance(guide, ReferencePrefix) and guide.spell_out  # guided rows, the reference written as text
+    assert guide.temperature == 0.7 and rollout.temperatures == (0.7, 0.9, 1.1, 1.3)  # no rung at 1.5
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

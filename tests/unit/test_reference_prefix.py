@@ -23,6 +23,19 @@ HARD = Prompt("a", "What is 21 - 8 - 8 + 7?", "Q: What is 21 - 8 - 8 + 7?\nA: ",
 EASY = Prompt("b", "What is 2 + 2?", "Q: What is 2 + 2?\nA: ", "4", "<<2+2=4>>4\n#### 4", "easy")
 
 
+class CharTokenizer:
+    """One token per character: a prefix's given tokens are its length."""
+
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [[ord(c) for c in t] for t in texts]}
+
+
+def guide(**kwargs) -> ReferencePrefix:
+    g = ReferencePrefix(**kwargs)
+    g.bind(CharTokenizer())
+    return g
+
+
 def test_prefixes_are_the_reference_lines_but_the_last_steps():
     assert reference_steps(HARD.solution) == ["<<21-8=13>>13", "<<13-8=5>>5", "<<5+7=12>>12"]
     assert prefix_text(HARD.solution, 1) == "<<21-8=13>>13\n<<13-8=5>>5\n"
@@ -57,16 +70,18 @@ def test_all_wrong_groups_get_guided_rows_with_the_prefix_in_the_completion():
                           torch.tensor([0.7, 1.0, 1.2, 1.5] * 2), ["#### 11"] * 4 + ["#### 5"] * 4, [True] * 8, 0)
     asked = []
 
-    def generate(texts, temps):  # ids of the context: the row's prompt then the prefix (5 and 6 tokens here)
-        asked.append((texts, temps.tolist()))
+    def generate(texts, temps, given):  # ids of the context: the row's prompt then the prefix (5 and 6 tokens here)
+        asked.append((texts, temps.tolist(), given.tolist()))
         return rollout_from_ids([[1, 2, 20, 21, 22], [1, 2, 20]], [[30, 31, 9], [32, 9]],
                                 [[-0.1, -0.2, -0.3], [-0.4, -0.5]], temps, ["<<5+7=12>>12\n#### 12", "x"],
                                 [True, True], 0)
 
-    out, guided = ReferencePrefix(steps_left=[1, 2, 3]).apply(generate, PlainPrompt(), [HARD, EASY], ro, 4, pad_id=0)
-    texts, temps = asked[0]
+    out, guided = guide(steps_left=[1, 2, 3]).apply(generate, PlainPrompt(), [HARD, EASY], ro, 4, pad_id=0)
+    texts, temps, given = asked[0]
     assert texts == [HARD.prompt + "<<21-8=13>>13\n<<13-8=5>>5\n", HARD.prompt + "<<21-8=13>>13\n"]
     assert temps == pytest.approx([1.5, 1.2])  # the replaced rows' own temperature slots
+    assert out.temperatures[2:4].tolist() == pytest.approx([1.2, 1.5])
+    assert given == [26, 14]  # the prefixes' characters: what the row's budget has already spent
     assert guided.tolist() == [False, False, True, True] + [False] * 4
     # the original prompt, then the given tokens, then the sampled ones; the prefix is `given`
     assert out.input_ids[3, out.prompt_len :].tolist() == [20, 21, 22, 30, 31, 9]
@@ -84,16 +99,51 @@ def test_a_group_with_a_right_row_and_a_misaligned_context_stay_unguided():
     ro = rollout_from_ids([[1, 2]] * 2, [[7, 9], [8, 9]], [[-1.0, -1.0]] * 2, torch.tensor([1.0, 1.0]),
                           ["#### 12", "#### 3"], [True, True], 0)
     called = []
-    out, guided = ReferencePrefix(steps_left=[1]).apply(lambda t, s: called.append(t), PlainPrompt(), [HARD], ro, 2, 0)
+    out, guided = guide(steps_left=[1]).apply(lambda t, s, g: called.append(t), PlainPrompt(), [HARD], ro, 2, 0)
     assert not called and not guided.any() and out is ro
     wrong = ro._replace(texts=["#### 3", "#### 4"])
-    guide = ReferencePrefix(steps_left=[1])
+    g = guide(steps_left=[1])
 
-    def merged(texts, temps):  # the tokenizer merged the prompt's last token with the prefix
+    def merged(texts, temps, given):  # the tokenizer merged the prompt's last token with the prefix
         return rollout_from_ids([[1, 5, 20]], [[30, 9]], [[-0.1, -0.2]], temps, ["y"], [True], 0)
 
-    out, guided = guide.apply(merged, PlainPrompt(), [HARD], wrong, 2, 0)
-    assert not guided.any() and out is wrong and guide.unaligned == 1
+    out, guided = g.apply(merged, PlainPrompt(), [HARD], wrong, 2, 0)
+    assert not guided.any() and out is wrong and g.unaligned == 1
+
+
+def test_guided_rows_sample_at_the_guide_temperature_when_one_is_set():
+    ro = rollout_from_ids([[1, 2]] * 4, [[7, 9]] * 4, [[-1.0, -1.0]] * 4, torch.tensor([0.7, 1.0, 1.2, 1.5]),
+                          ["#### 11"] * 4, [True] * 4, 0)
+    asked = []
+
+    def generate(texts, temps, given):
+        asked.append(temps.tolist())
+        return rollout_from_ids([[1, 2, 20], [1, 2, 20]], [[30, 9], [31, 9]], [[-0.1, -0.2]] * 2, temps,
+                                ["x", "y"], [True, True], 0)
+
+    out, guided = guide(steps_left=[1, 2], temperature=0.5).apply(generate, PlainPrompt(), [HARD], ro, 4, 0)
+    assert asked == [pytest.approx([0.5, 0.5])]
+    # the update scores each row at the temperature it was sampled at
+    assert out.temperatures.tolist() == pytest.approx([0.7, 1.0, 0.5, 0.5])
+    assert guided.tolist() == [False] * 2 + [True] * 2
+
+
+def test_a_guided_completion_is_no_longer_than_max_new_tokens_prefix_included(tiny_model_dir):
+    hard = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "hard"
+            and len(r.answer) == 2][:2]
+    m = make_module(tiny_model_dir, Never(), RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0,
+                                                             max_new_tokens=40, filter=GroupFilter(zero_std=False)),
+                    reflect=ReferencePrefix())
+    m.configure_model()
+    torch.manual_seed(0)
+    ro = prepared(m, hard).rollout  # the untrained model is wrong everywhere: rows 2, 3 of each group guided
+    for i in (2, 3, 6, 7):
+        prefix = prefix_text(hard[i // 4].solution, 1 + (3 - i % 4))
+        n_given = len(m.tokenizer(prefix, add_special_tokens=False).input_ids)
+        assert 1 <= n_given < 40 and int(ro.given[i].sum()) == n_given
+        written = int(ro.completion_mask[i].sum())
+        # the untrained model seldom ends a row: one that ran out stops at 40 tokens, its prefix's among them
+        assert written == 40 if ro.truncated[i] else written < 40
 
 
 def test_the_loss_mask_leaves_the_given_tokens_out():
@@ -170,7 +220,8 @@ def test_a_guided_row_is_not_counted_in_the_prompts_pass_rate():
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(steps_left=[]), r"steps_left must be a non-empty list"),
-                                             (dict(steps_left=[1, 0]), r"steps >= 1 .* got \[1, 0\]")])
+                                             (dict(steps_left=[1, 0]), r"steps >= 1 .* got \[1, 0\]"),
+                                             (dict(temperature=0.0), r"reflect.temperature must be > 0.* got 0.0")])
 def test_bad_guide_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ReferencePrefix(**kwargs)
@@ -181,10 +232,10 @@ def test_spell_out_gives_the_policy_the_written_out_lines():
                           ["#### 11"] * 4, [True] * 4, 0)
     asked = []
 
-    def generate(texts, temps):
+    def generate(texts, temps, given):
         asked.append(texts)
         return rollout_from_ids([[1, 2, 20]], [[30, 9]], [[-0.1, -0.2]], temps, ["5 + 7 = 12"], [True], 0)
 
-    out, guided = ReferencePrefix(steps_left=[1], spell_out=True).apply(generate, PlainPrompt(), [HARD], ro, 4, 0)
+    out, guided = guide(steps_left=[1], spell_out=True).apply(generate, PlainPrompt(), [HARD], ro, 4, 0)
     assert asked == [[HARD.prompt + "21 - 8 = 13\n13 - 8 = 5\n"]]
     assert out.texts[3] == "21 - 8 = 13\n13 - 8 = 5\n5 + 7 = 12" and guided.tolist() == [False] * 3 + [True]

@@ -125,6 +125,7 @@ class GroupRollout:
         """The run's tokenizer; the prompt format checks the model's chat template against it."""
         self.tokenizer = tokenizer
         self.prompt_format = self.prompt_format.bind(tokenizer, name_or_path)
+        self.reflect.bind(tokenizer)
         if self.tools.active:
             self.tools.bind(tokenizer, self.prompt_format)
 
@@ -203,9 +204,11 @@ class GroupRollout:
         tokens = int(ro.written.sum())
         reflected = torch.zeros(len(texts), dtype=torch.bool)  # [sum counts]
         if self.reflect.active:  # all-wrong groups: some rows again, with a hint or a reference prefix
-            def sample(texts_, temps):
+            def sample(texts_, temps, given=None):
+                # a row given the start of its completion writes the rest: prefix and all, no longer than any row
+                limits = None if given is None else (s.max_new_tokens - given).clamp(min=1)  # [m]
                 return self.engine.generate(policy, self.tokenizer, texts_, temps, s.top_p, s.max_new_tokens,
-                                            generator=generator, options=s.options)
+                                            generator=generator, options=s.options, limits=limits)
             ro, reflected = self.reflect.apply(sample, self.prompt_format, prompts, ro, R, self.tokenizer.pad_token_id)
         # the policy's own tokens: a reference prefix is neither generated nor counted against the budget
         tokens += int(ro.written[reflected.to(ro.written.device)].sum())

@@ -78,26 +78,48 @@ class ReferencePrefix:
     off_policy = False  # the guided tokens were sampled in the context the update scores them in
 
     def __init__(self, steps_left: Sequence[int] = (1, 2), answer: AnswerFormat | None = None,
-                 spell_out: bool = False) -> None:
+                 spell_out: bool = False, temperature: float | None = None) -> None:
         """steps_left: per guided row (from the group's last row back), the calculation steps it
         writes itself; one entry per guided row. spell_out: the reference's calculator annotations
-        written as text (`spelled_out`), for a policy that was never taught them."""
+        written as text (`spelled_out`), for a policy that was never taught them. temperature: what
+        every guided row samples at; None: the temperature slot of the row it replaces."""
         if not steps_left or any(int(k) < 1 for k in steps_left):
             raise UsageError(f"rollout.reflect.steps_left must be a non-empty list of steps >= 1 (one per guided "
                              f"row: the steps it writes itself), got {list(steps_left)}")
+        if temperature is not None and not temperature > 0:
+            raise UsageError(f"rollout.reflect.temperature must be > 0 (or null: the replaced row's own), "
+                             f"got {temperature}")
         self.steps_left, self.answer = [int(k) for k in steps_left], answer or AUTO
         self.spell_out = bool(spell_out)
+        self.temperature = None if temperature is None else float(temperature)
+        self.tokenizer = None
         self.unaligned = 0  # rows left unguided: prompt tokens not a prefix of the guided context's
+
+    def bind(self, tokenizer) -> None:
+        """The run's tokenizer: how many tokens of a row's budget its prefix takes."""
+        self.tokenizer = tokenizer
+
+    def given_tokens(self, contexts: list[str], bases: list[str]) -> torch.Tensor:
+        """[m] how many tokens each guided context adds to its prompt: the completion's given part."""
+        if self.tokenizer is None:
+            raise RuntimeError("ReferencePrefix.apply before bind(tokenizer)")
+
+        def lengths(texts: list[str]) -> list[int]:
+            return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+        return torch.tensor(lengths(contexts)) - torch.tensor(lengths(bases))
 
     def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
               prompts: Sequence[Prompt], ro: Rollout, rows_per_prompt: int, pad_id: int,
               ) -> tuple[Rollout, torch.Tensor]:
         """The rollout with the last rows of every all-wrong group replaced by guided rows (their
-        prefix marked in `given`), and which rows those are ([n*R] bool)."""
+        prefix marked in `given`), and which rows those are ([n*R] bool).
+        `generate(texts, temperatures, given)` samples rows whose completions begin with `given`
+        [m] tokens already written (the budget counts them)."""
         R = rows_per_prompt
         k = min(len(self.steps_left), R - 1)  # at least one unguided row stays
         guided = torch.zeros(len(ro.texts), dtype=torch.bool)
-        targets, texts, prefixes = [], [], []
+        targets, texts, prefixes, bases = [], [], [], []
         for b, prompt in enumerate(prompts):
             if any(self.answer.correct(text, prompt.answer) for text in ro.texts[b * R : (b + 1) * R]):
                 continue
@@ -109,14 +131,18 @@ class ReferencePrefix:
                 targets.append(b * R + R - 1 - i)  # the group's last row gets the longest prefix
                 texts.append(base + prefix)
                 prefixes.append(prefix)
+                bases.append(base)
         if not targets:
             return ro, guided
         index = torch.tensor(targets, device=ro.input_ids.device)
-        fresh = generate(texts, ro.temperatures[index])  # the prefix is the end of each context
+        temperatures = (ro.temperatures[index] if self.temperature is None
+                        else torch.full((len(targets),), self.temperature, device=ro.temperatures.device))  # [m]
+        # the prefix is the end of each context
+        fresh = generate(texts, temperatures, self.given_tokens(texts, bases))
         keep = ro.attention_mask[index, : ro.prompt_len].bool()
         context = fresh.attention_mask[:, : fresh.prompt_len].bool()
         done = fresh.completion_mask.bool()
-        rows, prompt_ids, completion_ids, logprobs, given_len, out_texts, finished = [], [], [], [], [], [], []
+        rows, kept, prompt_ids, completion_ids, logprobs, given_len, out_texts, finished = ([] for _ in range(8))
         for i, r in enumerate(targets):
             original = ro.input_ids[r, : ro.prompt_len][keep[i]].tolist()
             seen = fresh.input_ids[i, : fresh.prompt_len][context[i]].tolist()
@@ -129,6 +155,7 @@ class ReferencePrefix:
             given = seen[len(original) :]
             sampled = fresh.input_ids[i, fresh.prompt_len :][done[i]].tolist()
             rows.append(r)
+            kept.append(i)
             prompt_ids.append(original)
             completion_ids.append(given + sampled)
             logprobs.append([0.0] * len(given) + (fresh.sample_logprobs[i][done[i]].tolist()
@@ -141,7 +168,7 @@ class ReferencePrefix:
         at = torch.tensor(rows, device=ro.input_ids.device)
         spliced = rollout_from_ids(prompt_ids, completion_ids,
                                    logprobs if ro.sample_logprobs is not None else None,
-                                   ro.temperatures[at], out_texts, finished, pad_id, ro.input_ids.device)
+                                   temperatures[kept], out_texts, finished, pad_id, ro.input_ids.device)
         T = spliced.completion_mask.shape[1]
         given = torch.arange(T)[None, :] < torch.tensor(given_len)[:, None]  # [m, T]
         spliced = spliced._replace(given=given.to(ro.input_ids.device))

@@ -35,6 +35,9 @@ HINTS = ("first_step", "wrong_answer")
 class NoReflection:
     active = False
 
+    def bind(self, tokenizer) -> None:
+        pass
+
 
 class Reflection:
     active = True
@@ -46,6 +49,9 @@ class Reflection:
         if hint not in HINTS:
             raise UsageError(f"rollout.reflect.hint must be one of {list(HINTS)}, got {hint!r}")
         self.rows, self.hint, self.answer = rows, hint, answer or AUTO
+
+    def bind(self, tokenizer) -> None:
+        pass  # a hinted row samples in its own prompt: its budget is max_new_tokens, as any row's
 
     def hint_for(self, prompt: Prompt, completions: Sequence[str]) -> str | None:
         """The hint for this prompt, or None when there is none to give."""
