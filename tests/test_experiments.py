@@ -95,6 +95,13 @@ def test_each_experiment_composes_to_its_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
+def test_each_experiment_takes_the_plain_arms_overrides(tmp_path, name):
+    # what the zoo's plain arm overrides: an experiment's settings must not outlive its config group
+    cfg = compose_cfg(tmp_path, [f"experiment={name}", "rollout/reflect=none", "rollout.temperatures=[1.0]"])
+    assert not instantiate(cfg.rollout.reflect).active and rollout_settings(cfg.rollout).temperatures == (1.0,)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_each_experiment_trains_a_few_steps_on_a_tiny_model(tmp_path, name):
     overrides = [f"experiment={name}", "logger=csv"]
     if name == "smollm2_arith":  # its model on a tiny ChatML stand-in (tests/test_real_model.py: the real one)
