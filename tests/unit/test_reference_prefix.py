@@ -81,7 +81,8 @@ def test_all_wrong_groups_get_guided_rows_with_the_prefix_in_the_completion():
     assert texts == [HARD.prompt + "<<21-8=13>>13\n<<13-8=5>>5\n", HARD.prompt + "<<21-8=13>>13\n"]
     assert temps == pytest.approx([1.5, 1.2])  # the replaced rows' own temperature slots
     assert out.temperatures[2:4].tolist() == pytest.approx([1.2, 1.5])
-    assert given == [26, 14]  # the prefixes' characters: what the row's budget has already spent
+    # each context's characters past the row's 2 prompt tokens: the prefix's (26 and 14) and the prompt's text
+    assert given == [len(HARD.prompt) + 26 - 2, len(HARD.prompt) + 14 - 2]
     assert guided.tolist() == [False, False, True, True] + [False] * 4
     # the original prompt, then the given tokens, then the sampled ones; the prefix is `given`
     assert out.input_ids[3, out.prompt_len :].tolist() == [20, 21, 22, 30, 31, 9]
@@ -129,14 +130,8 @@ def test_guided_rows_sample_at_the_guide_temperature_when_one_is_set():
 
 
 def test_a_guided_completion_is_no_longer_than_max_new_tokens_prefix_included(tiny_model_dir):
-    hard = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "hard"
-            and len(r.answer) == 2][:2]
-    m = make_module(tiny_model_dir, Never(), RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0,
-                                                             max_new_tokens=40, filter=GroupFilter(zero_std=False)),
-                    reflect=ReferencePrefix())
-    m.configure_model()
-    torch.manual_seed(0)
-    ro = prepared(m, hard).rollout  # the untrained model is wrong everywhere: rows 2, 3 of each group guided
+    m, hard, step = guided_step(tiny_model_dir, max_new_tokens=40)
+    ro = step.rollout  # the untrained model is wrong everywhere: rows 2, 3 of each group guided
     for i in (2, 3, 6, 7):
         prefix = prefix_text(hard[i // 4].solution, 1 + (3 - i % 4))
         n_given = len(m.tokenizer(prefix, add_special_tokens=False).input_ids)
@@ -161,19 +156,25 @@ class Never:
         return 0.0
 
 
-def test_guided_tokens_are_scored_after_the_prefix_with_ratio_one(tiny_model_dir, monkeypatch):
-    import grpo_aug.algo.loss as loss_lib
-    from grpo_aug.update.chunk_loss import chunk_loss
-
+def guided_step(tiny_model_dir, max_new_tokens: int):
+    """The tiny model's prepared step on two hard prompts with guided rows (rows 2, 3 of each group of 4)."""
     # two-digit answers: random text does not state them by chance
     hard = [r for r in SyntheticArithmetic(size_per_bucket=10, seed=0).load() if r.bucket == "hard"
             and len(r.answer) == 2][:2]
     m = make_module(tiny_model_dir, Never(), RolloutSettings(group_size=4, temperatures=(1.0,), top_p=1.0,
-                                                             max_new_tokens=6, filter=GroupFilter(zero_std=False)),
+                                                             max_new_tokens=max_new_tokens,
+                                                             filter=GroupFilter(zero_std=False)),
                     reflect=ReferencePrefix())
     m.configure_model()
     torch.manual_seed(0)
-    step = prepared(m, hard)  # the untrained model is wrong everywhere: both groups are guided
+    return m, hard, prepared(m, hard)
+
+
+def test_guided_tokens_are_scored_after_the_prefix_with_ratio_one(tiny_model_dir, monkeypatch):
+    import grpo_aug.algo.loss as loss_lib
+    from grpo_aug.update.chunk_loss import chunk_loss
+
+    m, hard, step = guided_step(tiny_model_dir, max_new_tokens=6)  # untrained: wrong everywhere, both groups guided
     assert step.sampled.reflected.reshape(-1).tolist() == [False, False, True, True] * 2
     assert step.hinted is None  # not an off-policy row
     ro = step.rollout

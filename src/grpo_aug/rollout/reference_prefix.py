@@ -99,15 +99,13 @@ class ReferencePrefix:
         """The run's tokenizer: how many tokens of a row's budget its prefix takes."""
         self.tokenizer = tokenizer
 
-    def given_tokens(self, contexts: list[str], bases: list[str]) -> torch.Tensor:
-        """[m] how many tokens each guided context adds to its prompt: the completion's given part."""
+    def given_tokens(self, contexts: list[str], prompt_tokens: torch.Tensor) -> torch.Tensor:
+        """[m] how many tokens each guided context adds to its row's prompt (prompt_tokens [m]): the
+        completion's given part."""
         if self.tokenizer is None:
             raise RuntimeError("ReferencePrefix.apply before bind(tokenizer)")
-
-        def lengths(texts: list[str]) -> list[int]:
-            return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-        return torch.tensor(lengths(contexts)) - torch.tensor(lengths(bases))
+        lengths = [len(ids) for ids in self.tokenizer(contexts, add_special_tokens=False)["input_ids"]]
+        return torch.tensor(lengths) - prompt_tokens.cpu()
 
     def apply(self, generate: Callable[..., Rollout], prompt_format: Callable[..., list[str]],
               prompts: Sequence[Prompt], ro: Rollout, rows_per_prompt: int, pad_id: int,
@@ -119,7 +117,7 @@ class ReferencePrefix:
         R = rows_per_prompt
         k = min(len(self.steps_left), R - 1)  # at least one unguided row stays
         guided = torch.zeros(len(ro.texts), dtype=torch.bool)
-        targets, texts, prefixes, bases = [], [], [], []
+        targets, texts, prefixes = [], [], []
         for b, prompt in enumerate(prompts):
             if any(self.answer.correct(text, prompt.answer) for text in ro.texts[b * R : (b + 1) * R]):
                 continue
@@ -131,15 +129,14 @@ class ReferencePrefix:
                 targets.append(b * R + R - 1 - i)  # the group's last row gets the longest prefix
                 texts.append(base + prefix)
                 prefixes.append(prefix)
-                bases.append(base)
         if not targets:
             return ro, guided
         index = torch.tensor(targets, device=ro.input_ids.device)
         temperatures = (ro.temperatures[index] if self.temperature is None
                         else torch.full((len(targets),), self.temperature, device=ro.temperatures.device))  # [m]
+        keep = ro.attention_mask[index, : ro.prompt_len].bool()  # [m, P] each row's prompt tokens
         # the prefix is the end of each context
-        fresh = generate(texts, temperatures, self.given_tokens(texts, bases))
-        keep = ro.attention_mask[index, : ro.prompt_len].bool()
+        fresh = generate(texts, temperatures, self.given_tokens(texts, keep.sum(dim=1)))
         context = fresh.attention_mask[:, : fresh.prompt_len].bool()
         done = fresh.completion_mask.bool()
         rows, kept, prompt_ids, completion_ids, logprobs, given_len, out_texts, finished = ([] for _ in range(8))
